@@ -1,0 +1,649 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Kernel-log XID parser (stdlib only: runs on the node).
+
+Reads NVRM lines from dmesg, syslog files or journald and returns XID events enriched from the catalog, the GPUs that
+fell off the bus, and what it could not read. All variants of signals.md section 1 are accepted:
+
+  NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+  NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 31, pid=1234, name=python3, Ch 0000000c, ...   (MIG)
+  NVRM: Xid (0000:01:00): 13, Ch 0000000b, engmask 00000120, intr 10000000                     (no PCI:, no pid)
+  NVRM: Xid (PCI:0008:01:00): 145, RLW_REMAP  Nonfatal   XC0 i0 Link 05 (0x004f8000 0x0 ...)  (NVLink5)
+  NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)
+
+Counting rules (why an event is not a line):
+- a burst (same GPU, code, pid and MIG instance within BURST_WINDOW_S; XID 13 prints one line per SM) is ONE event,
+  with line_count and up to EVIDENCE_LINES raw lines;
+- NVRM lines without "Xid" that follow an event (XID 119's RPC history and stack trace) are folded into it;
+- XID 45 is correlated with the Xid that caused it (named by "caused by previous Xid NNN", or the last other Xid on the
+  same GPU within CORRELATE_WINDOW_S) and then not counted again; a solo 45 is counted as a warning;
+- "fallen off the bus" without an Xid line (one-line or the three-line form) is a lost GPU, reported as a synthetic
+  XID 79 event unless the same read holds a real XID 79 for that GPU.
+Memory stays bounded: lines are streamed, overlong lines cut at MAX_LINE_CHARS, at most max_events events kept
+(the newest; counts in summary cover all).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import re
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import journal_record, split_prefix
+from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES, lookup
+
+BURST_WINDOW_S = 2.0
+CORRELATE_WINDOW_S = 30.0
+FOLLOW_ON_WINDOW_S = 5.0
+EVIDENCE_LINES = 5
+MAX_LINE_CHARS = 65536
+SAMPLE_CHARS = 400
+MAX_SAMPLES = 5
+MAX_GPU_IDS = 256
+CHUNK_BYTES = 8 * 1024 * 1024
+
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+# A 154 is as serious as what the driver now asks for: nothing, draining P2P, or taking the GPU/node down.
+_RECOVERY_SEVERITY = {0: "info", 3: "warning"}
+NVLINK5_CODES = frozenset(range(144, 151))
+
+_XID_RE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<addr>[^\s)]*)(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\):\s*(?P<xid>\d+)"
+    r"(?:,\s*(?P<rest>.*))?$"
+)
+_PID_RE = re.compile(r"^pid=(?P<pid>'<unknown>'|<unknown>|'?\d+'?|[^,]*)(?:,\s*name=(?P<name>[^,]*))?(?:,\s*(?P<body>.*))?$")
+_CHANNEL_RE = re.compile(r"\b(?:Ch|channel)\s+(?:0x)?([0-9a-fA-F]{1,8})\b", re.I)
+_NVLINK5_RE = re.compile(
+    r"^\s*(?P<unit>[A-Za-z0-9_]+)\s+(?P<status>Fatal|Nonfatal|Non-fatal)\s+(?:XC(?P<xc>\d+)\s+)?(?:i(?P<inst>\d+)\s+)?"
+    r"Link\s+(?P<link>\d+)\s*\((?P<values>[^)]*)\)",
+    re.I,
+)
+_RECOVERY_RE = re.compile(
+    r"recovery action changed from (?P<from>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<from_name>[^)]*)\))?\s*to\s*"
+    r"(?P<to>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<to_name>[^)]*)\))?",
+    re.I,
+)
+_CAUSED_BY_RE = re.compile(r"previous Xid\s*\(?\s*(\d+)", re.I)
+_ADDR = r"(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?"
+_ONE_LINE_LOST_RE = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(" + _ADDR + r"):?\s.*fallen off the bus", re.I)
+_THE_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU (" + _ADDR + r")")
+_GPU_UUID_RE = re.compile(r"NVRM: GPU at (?:PCI:)?(" + _ADDR + r"):\s*(GPU-[0-9a-fA-F-]+)")
+_SERIAL_RE = re.compile(r"NVRM: GPU Board Serial Number:\s*(\S+)")
+
+
+def _rank(severity):
+    try:
+        return SEVERITIES.index(severity)
+    except ValueError:
+        return -1
+
+
+def _iso(dt):
+    return dt.isoformat() if dt is not None else None
+
+
+def _epoch(dt):
+    try:
+        return dt.timestamp() if dt is not None else None
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def _sample(text):
+    return text if len(text) <= SAMPLE_CHARS else text[:SAMPLE_CHARS] + "...[%d chars]" % len(text)
+
+
+def _int_any(text):
+    try:
+        return int(text, 16) if text.lower().startswith("0x") else int(text)
+    except (ValueError, AttributeError):
+        return None
+
+
+def parse_xid_line(message):
+    """The fields of one NVRM Xid line (prefix already stripped or not), or None when it is not readable."""
+    match = _XID_RE.search(message.rstrip())
+    if not match:
+        return None
+    rest = match.group("rest") or ""
+    pid = process = None
+    body = rest
+    pid_match = _PID_RE.match(rest) if rest.startswith("pid=") else None
+    if pid_match:
+        raw_pid = pid_match.group("pid").strip("'")
+        pid = int(raw_pid) if raw_pid.isdigit() else None
+        name = (pid_match.group("name") or "").strip()
+        process = None if name in ("", "<unknown>", "'<unknown>'") else name
+        body = pid_match.group("body") or ""
+    fields = {
+        "xid": int(match.group("xid")),
+        "pci": normalize_pci(match.group("addr")),
+        "pci_raw": match.group("addr"),
+        "gpu_instance": int(match.group("gi")) if match.group("gi") is not None else None,
+        "compute_instance": int(match.group("ci")) if match.group("ci") is not None else None,
+        "pid": pid,
+        "process": process,
+        "message": body.strip(),
+        "channel": None,
+        "details": {},
+    }
+    channel = _CHANNEL_RE.search(body)
+    if channel:
+        fields["channel"] = int(channel.group(1), 16)
+    fields["details"] = _details(fields["xid"], fields["message"])
+    return fields
+
+
+def _details(xid, body):
+    """Code-specific decoding of the message body (NVLink5 unit/status/link/subcode, 154 actions, 45 cause)."""
+    details = {}
+    if xid in NVLINK5_CODES:
+        match = _NVLINK5_RE.search(body)
+        if match:
+            values = [v for v in (_int_any(t) for t in match.group("values").split()) if v is not None]
+            details["nvlink"] = {
+                "unit": match.group("unit"),
+                "fatal": match.group("status").lower() == "fatal",
+                "link": int(match.group("link")),
+                "xc": int(match.group("xc")) if match.group("xc") is not None else None,
+                "instance": int(match.group("inst")) if match.group("inst") is not None else None,
+                "values": ["0x%08x" % v for v in values],
+                # the subcode is bits 20-25 of the first value (signals.md)
+                "subcode": (values[0] >> 20) & 0x3F if values else None,
+            }
+        else:
+            details["problem"] = "NVLink5 body not in the expected '<UNIT> Fatal|Nonfatal ... Link NN (0x...)' form"
+    elif xid == 154:
+        match = _RECOVERY_RE.search(body)
+        if match:
+            src, dst = _int_any(match.group("from")), _int_any(match.group("to"))
+            details["recovery_action_from"] = {"code": src, "name": RECOVERY_ACTIONS.get(src, match.group("from_name"))}
+            details["recovery_action_to"] = {"code": dst, "name": RECOVERY_ACTIONS.get(dst, match.group("to_name"))}
+        else:
+            details["problem"] = "recovery action not found in the XID 154 body"
+    elif xid == 45:
+        match = _CAUSED_BY_RE.search(body)
+        if match:
+            details["caused_by_xid"] = int(match.group(1))
+    return details
+
+
+class XidScanner:
+    """Streaming XID parser: feed lines (feed_line / feed_journal_line / scan_binary), then result().
+
+    severity_overrides: {code (int or str): severity} applied last. since: aware datetime; events known to be older
+    are skipped. boot_time: aware datetime of the current boot, to date dmesg lines that carry only uptime.
+    boot_id: stamped on lines whose source does not say (dmesg). reference: datetime for syslog's missing year.
+    """
+
+    def __init__(self, severity_overrides=None, max_events=1000, since=None, boot_time=None, boot_id=None,
+                 reference=None):
+        self.overrides = {}
+        for code, severity in (severity_overrides or {}).items():
+            self.overrides[int(code)] = severity
+        self.max_events = max(1, int(max_events))
+        self.since = since
+        self.boot_time = boot_time
+        self.boot_id = boot_id
+        self.reference = reference
+        self.events = []
+        self.dropped = 0
+        self.seq = 0
+        self.lines_read = 0
+        self.xid_lines = 0
+        self.skipped_before_since = 0
+        self.counts_by_code = {}
+        self.counts_by_pci = {}
+        self.counts_by_severity = {}
+        self.correlated = 0
+        self.folded = 0
+        self.unparsed_count = 0
+        self.unparsed_reasons = {}
+        self.unparsed_samples = []
+        self.gpu_ids = {}
+        self.lost = {}  # pci -> {"line", "time", "uptime_s", "boot_id", "seq", "evidence"}
+        self._last_by_pci = {}  # pci -> last event (for bursts, follow-ons and 45 correlation)
+        self._recent_by_pci = {}  # pci -> list of recent events (bounded) for 45 correlation
+        self._last_event = None
+        self._last_nvrm_kind = None
+        self._pending_gpu = None  # [pci, lines left] of "NVRM: The NVIDIA GPU <pci>" awaiting "fallen off the bus"
+        self._pending_uuid_pci = None
+        self.last_journal = None  # last JournalRecord read (position for incremental reads)
+
+    # ---- problems -------------------------------------------------------------------------------------------
+    def _unparsed(self, reason, line):
+        self.unparsed_count += 1
+        self.unparsed_reasons[reason] = self.unparsed_reasons.get(reason, 0) + 1
+        if len(self.unparsed_samples) < MAX_SAMPLES:
+            self.unparsed_samples.append({"reason": reason, "line": _sample(line)})
+
+    # ---- inputs ---------------------------------------------------------------------------------------------
+    def feed_line(self, line, boot_id=None):
+        """One text line with any dmesg/syslog prefix (str or bytes)."""
+        self.lines_read += 1
+        if isinstance(line, bytes):
+            if b"NVRM" not in line:
+                return
+            line = line.decode("utf-8", "replace")
+        elif "NVRM" not in line:
+            return
+        self._line(line, boot_id)
+
+    def _line(self, line, boot_id=None):
+        if len(line) > MAX_LINE_CHARS:
+            self._unparsed("overlong_line", line)
+            line = line[:MAX_LINE_CHARS]
+        if line.lstrip().startswith("{"):
+            self._journal(journal_record(line))
+            return
+        prefix = split_prefix(line, self.reference)
+        self.feed_message(prefix.message, prefix.time, prefix.uptime_s, boot_id or self.boot_id, line.rstrip("\r\n"))
+
+    def feed_journal_line(self, line):
+        """One line of `journalctl -o json` output."""
+        self.lines_read += 1
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
+        if not line.strip():
+            return
+        if line.startswith("[... ") and "cut by gpufleet" in line:
+            self._unparsed("output_cut", line)
+            return
+        if len(line) > MAX_LINE_CHARS * 4:
+            self._unparsed("overlong_line", line)
+            return
+        self._journal(journal_record(line))
+
+    def _journal(self, rec):
+        if rec.problem:
+            if rec.problem != "empty":
+                self._unparsed("journal_" + rec.problem, "%s (cursor %s)" % (rec.problem, rec.cursor))
+            if rec.cursor:
+                self.last_journal = rec
+            return
+        if rec.cursor:
+            self.last_journal = rec
+        for message in rec.messages:
+            if "NVRM" in message:
+                for part in message.splitlines() or [message]:
+                    self.feed_message(part, rec.time, rec.uptime_s, rec.boot_id, part)
+
+    def scan_binary(self, fh, consume_partial_tail=True, chunk_bytes=CHUNK_BYTES):
+        """Stream a binary file object: find NVRM lines with bytes.find (no per-line Python work for the rest).
+
+        Returns the number of bytes consumed (through the last complete line; the unterminated tail too when
+        consume_partial_tail), which is the resume offset for incremental reads.
+        """
+        consumed = 0
+        carry = b""  # head of an unfinished line, at most MAX_LINE_CHARS bytes
+        carry_len = 0  # its true length
+        while True:
+            chunk = fh.read(chunk_bytes)
+            if not chunk:
+                break
+            first_nl = chunk.find(b"\n")
+            if first_nl < 0:
+                if len(carry) < MAX_LINE_CHARS:
+                    carry += chunk[:MAX_LINE_CHARS - len(carry)]
+                carry_len += len(chunk)
+                continue
+            head = chunk[:first_nl]
+            if carry_len:
+                whole = carry_len + len(head)
+                line = carry + head[:max(0, MAX_LINE_CHARS - len(carry))]
+                self._bytes_line(line, whole)
+            else:
+                self._bytes_line(head, len(head))
+            self.lines_read += 1
+            last_nl = chunk.rfind(b"\n")
+            if last_nl > first_nl:
+                self.lines_read += chunk.count(b"\n", first_nl + 1, last_nl + 1)
+                self._scan_region(chunk, first_nl + 1, last_nl)
+            consumed += carry_len + last_nl + 1
+            tail = chunk[last_nl + 1:]
+            carry = tail[:MAX_LINE_CHARS]
+            carry_len = len(tail)
+        if carry_len and consume_partial_tail:
+            self._bytes_line(carry, carry_len)
+            self.lines_read += 1
+            consumed += carry_len
+        return consumed
+
+    def _scan_region(self, buf, start, end):
+        """Lines of buf[start:end] (end is the index of a newline) that contain NVRM."""
+        find = buf.find
+        pos = start
+        while True:
+            i = find(b"NVRM", pos, end)
+            if i < 0:
+                return
+            line_start = buf.rfind(b"\n", pos, i) + 1
+            if line_start == 0:
+                line_start = pos
+            line_end = find(b"\n", i, end + 1)
+            self._bytes_line(buf[line_start:line_end], line_end - line_start)
+            pos = line_end + 1
+
+    def _bytes_line(self, data, true_len):
+        if b"NVRM" not in data:
+            if true_len > MAX_LINE_CHARS and b"Xid" in data:
+                self._unparsed("overlong_line", data[:SAMPLE_CHARS].decode("utf-8", "replace"))
+            return
+        text = data.decode("utf-8", "replace")
+        if true_len > MAX_LINE_CHARS:
+            self._unparsed("overlong_line", text)
+        self._line(text[:MAX_LINE_CHARS])
+
+    # ---- one kernel message -------------------------------------------------------------------------------
+    def feed_message(self, message, time=None, uptime_s=None, boot_id=None, raw=None):
+        """One kernel message without its prefix. time: aware datetime or None; uptime_s: float or None."""
+        if "NVRM" not in message:
+            return
+        raw = raw if raw is not None else message
+        if time is None and uptime_s is not None and self.boot_time is not None:
+            try:
+                time = self.boot_time + datetime.timedelta(seconds=uptime_s)
+            except OverflowError:
+                time = None
+        if "NVRM: Xid" in message:
+            self._xid(message, time, uptime_s, boot_id, raw)
+            self._last_nvrm_kind = "xid"
+            return
+        lower = message.lower()
+        if "fallen off the bus" in lower:
+            self._fallen_off(message, time, uptime_s, boot_id, raw)
+        elif "NVRM: The NVIDIA GPU " in message:
+            match = _THE_GPU_RE.search(message)
+            self._pending_gpu = [normalize_pci(match.group(1)) if match else None, 3, raw]
+            self._last_nvrm_kind = "other"
+        elif "NVRM: GPU at " in message:
+            match = _GPU_UUID_RE.search(message)
+            if match:
+                pci = normalize_pci(match.group(1))
+                if pci and (pci in self.gpu_ids or len(self.gpu_ids) < MAX_GPU_IDS):
+                    self.gpu_ids.setdefault(pci, {"uuid": None, "serial": None})["uuid"] = match.group(2)
+                    self._pending_uuid_pci = pci
+        elif "GPU Board Serial Number" in message:
+            match = _SERIAL_RE.search(message)
+            if match and self._pending_uuid_pci in self.gpu_ids:
+                self.gpu_ids[self._pending_uuid_pci]["serial"] = match.group(1)
+            self._pending_uuid_pci = None
+        elif self._pending_gpu is None:
+            self._follow_on(raw, time, uptime_s)
+        if self._pending_gpu is not None and "NVRM: The NVIDIA GPU " not in message:
+            self._pending_gpu[1] -= 1
+            if self._pending_gpu[1] <= 0:
+                self._pending_gpu = None
+
+    def _before_since(self, time):
+        if self.since is None or time is None:
+            return False
+        try:
+            return time < self.since
+        except TypeError:
+            return False
+
+    def _fallen_off(self, message, time, uptime_s, boot_id, raw):
+        match = _ONE_LINE_LOST_RE.search(message)
+        pci = normalize_pci(match.group(1)) if match else None
+        evidence = [raw]
+        if pci is None and self._pending_gpu is not None:
+            pci = self._pending_gpu[0]
+            evidence = [self._pending_gpu[2], raw]
+        self._pending_gpu = None
+        if self._before_since(time):
+            self.skipped_before_since += 1
+            return
+        if pci is None:
+            self._unparsed("fallen_off_without_pci", raw)
+            return
+        self.seq += 1
+        if pci not in self.lost:
+            self.lost[pci] = {"line": evidence[0], "evidence": evidence, "time": time, "uptime_s": uptime_s,
+                              "boot_id": boot_id, "seq": self.seq}
+
+    def _follow_on(self, raw, time, uptime_s):
+        """An NVRM line without Xid right after an event (XID 119's RPC history, stack notes) belongs to it."""
+        event = self._last_event
+        if event is None or self._last_nvrm_kind not in ("xid", "follow_on"):
+            return
+        if not self._close(event, time, uptime_s, FOLLOW_ON_WINDOW_S):
+            return
+        event["line_count"] += 1
+        if len(event["evidence"]) < EVIDENCE_LINES:
+            event["evidence"].append(_sample(raw))
+        self._last_nvrm_kind = "follow_on"
+
+    @staticmethod
+    def _close(event, time, uptime_s, window):
+        """Whether a line at (time, uptime_s) is within window seconds after the event's last line."""
+        if uptime_s is not None and event["_t_up"] is not None:
+            return 0 <= uptime_s - event["_t_up"] <= window
+        epoch = _epoch(time)
+        if epoch is not None and event["_t_epoch"] is not None:
+            return 0 <= epoch - event["_t_epoch"] <= window
+        # no usable time on either side: only a directly following line belongs
+        return True
+
+    def _xid(self, message, time, uptime_s, boot_id, raw):
+        self.xid_lines += 1
+        fields = parse_xid_line(message)
+        if fields is None:
+            self._unparsed("xid_line", raw)
+            self._last_event = None
+            return
+        if self._before_since(time):
+            self.skipped_before_since += 1
+            self._last_event = None
+            return
+        pci = fields["pci"]
+        key = (pci, fields["gpu_instance"], fields["compute_instance"], fields["xid"], fields["pid"],
+               (fields["details"].get("nvlink") or {}).get("link"))
+        last = self._last_by_pci.get(pci)
+        if (last is not None and fields["xid"] != 154 and last["_key"] == key
+                and (self._last_event is last or uptime_s is not None or time is not None)
+                and self._close(last, time, uptime_s, BURST_WINDOW_S)):
+            last["line_count"] += 1
+            last["_t_up"] = uptime_s if uptime_s is not None else last["_t_up"]
+            last["_t_epoch"] = _epoch(time) if time is not None else last["_t_epoch"]
+            if len(last["evidence"]) < EVIDENCE_LINES:
+                last["evidence"].append(_sample(raw))
+            self.folded += 1
+            self._last_event = last
+            return
+        info = lookup(fields["xid"])
+        severity, basis = self._severity(fields, info)
+        self.seq += 1
+        event = {
+            "xid": fields["xid"],
+            "pci": pci,
+            "gpu_instance": fields["gpu_instance"],
+            "compute_instance": fields["compute_instance"],
+            "pid": fields["pid"],
+            "process": fields["process"],
+            "message": _sample(fields["message"]),
+            "channel": fields["channel"],
+            "mnemonic": info["mnemonic"],
+            "description": info["description"],
+            "action": info["action"],
+            "severity": severity,
+            "severity_basis": basis,
+            "time": _iso(time),
+            "uptime_s": uptime_s,
+            "boot_id": boot_id,
+            "line": _sample(raw),
+            "line_count": 1,
+            "evidence": [_sample(raw)],
+            "details": fields["details"],
+            "counted": True,
+            "correlated_with": None,
+            "synthetic": False,
+            "uuid": None,
+            "serial": None,
+            "_key": key,
+            "_seq": self.seq,
+            "_t_up": uptime_s,
+            "_t_epoch": _epoch(time),
+        }
+        if fields["xid"] == 45:
+            self._correlate_45(event)
+        self._add(event)
+
+    def _severity(self, fields, info):
+        xid = fields["xid"]
+        severity, basis = info["severity"], info["severity_basis"]
+        details = fields["details"]
+        if "nvlink" in details:
+            if details["nvlink"]["fatal"]:
+                severity, basis = "critical", "NVLink5 %s Fatal" % details["nvlink"]["unit"]
+            else:
+                severity, basis = "warning", "NVLink5 %s Nonfatal" % details["nvlink"]["unit"]
+        elif "recovery_action_to" in details:
+            code = details["recovery_action_to"]["code"]
+            severity = _RECOVERY_SEVERITY.get(code, "critical")
+            basis = "recovery action now %s" % details["recovery_action_to"]["name"]
+        if xid in self.overrides:
+            severity, basis = self.overrides[xid], "severity_overrides"
+        return severity, basis
+
+    def _correlate_45(self, event):
+        cause = event["details"].get("caused_by_xid")
+        for prior in reversed(self._recent_by_pci.get(event["pci"], [])):
+            if prior["xid"] == 45 or (cause is not None and prior["xid"] != cause):
+                continue
+            if not self._close(prior, *self._event_when(event), window=CORRELATE_WINDOW_S):
+                if cause is None:
+                    continue
+            event["counted"] = False
+            event["correlated_with"] = {"xid": prior["xid"], "line": prior["line"]}
+            if 45 not in self.overrides:
+                event["severity"], event["severity_basis"] = "info", "follows Xid %d on the same GPU" % prior["xid"]
+            return
+        if 45 not in self.overrides:
+            event["severity"], event["severity_basis"] = "warning", "solo Xid 45: no earlier Xid on this GPU in the read"
+
+    @staticmethod
+    def _event_when(event):
+        time = None
+        if event["_t_epoch"] is not None:
+            time = datetime.datetime.fromtimestamp(event["_t_epoch"], datetime.timezone.utc)
+        return time, event["_t_up"]
+
+    def _add(self, event):
+        pci = event["pci"]
+        self._last_by_pci[pci] = event
+        recent = self._recent_by_pci.setdefault(pci, [])
+        recent.append(event)
+        if len(recent) > 16:
+            del recent[0]
+        if len(self._recent_by_pci) > MAX_GPU_IDS:  # fuzzed input with endless addresses: forget the oldest
+            oldest = next(iter(self._recent_by_pci))
+            self._recent_by_pci.pop(oldest, None)
+            self._last_by_pci.pop(oldest, None)
+        self._last_event = event
+        self._count(event)
+        self.events.append(event)
+        if len(self.events) > self.max_events:
+            del self.events[0]
+            self.dropped += 1
+
+    def _count(self, event):
+        if not event["counted"]:
+            self.correlated += 1
+            return
+        code = str(event["xid"])
+        pci = event["pci"] or "unknown"
+        self.counts_by_code[code] = self.counts_by_code.get(code, 0) + 1
+        self.counts_by_pci[pci] = self.counts_by_pci.get(pci, 0) + 1
+        self.counts_by_severity[event["severity"]] = self.counts_by_severity.get(event["severity"], 0) + 1
+
+    # ---- output ---------------------------------------------------------------------------------------------
+    def result(self):
+        """{events, lost_gpus, gpu_ids, summary, highest_severity, unparsed} (see docs/contracts.md)."""
+        xid79 = {e["pci"] for e in self.events if e["xid"] == 79}
+        xid79.update(p for p, e in self._last_by_pci.items() if e["xid"] == 79)
+        for pci, lost in sorted(self.lost.items(), key=lambda kv: kv[1]["seq"]):
+            if pci in xid79:
+                continue
+            info = lookup(79)
+            severity, basis = info["severity"], "GPU fell off the bus without an Xid line (counted as XID 79)"
+            if 79 in self.overrides:
+                severity, basis = self.overrides[79], "severity_overrides"
+            event = {
+                "xid": 79, "pci": pci, "gpu_instance": None, "compute_instance": None, "pid": None, "process": None,
+                "message": "GPU has fallen off the bus (no Xid line)", "channel": None,
+                "mnemonic": info["mnemonic"], "description": info["description"], "action": info["action"],
+                "severity": severity, "severity_basis": basis, "time": _iso(lost["time"]),
+                "uptime_s": lost["uptime_s"], "boot_id": lost["boot_id"], "line": _sample(lost["line"]),
+                "line_count": len(lost["evidence"]), "evidence": [_sample(x) for x in lost["evidence"]],
+                "details": {}, "counted": True, "correlated_with": None, "synthetic": True, "uuid": None,
+                "serial": None, "_seq": lost["seq"],
+            }
+            self._count(event)
+            self.events.append(event)
+        self.events.sort(key=lambda e: e["_seq"])
+        while len(self.events) > self.max_events:
+            del self.events[0]
+            self.dropped += 1
+        events = []
+        for event in self.events:
+            ids = self.gpu_ids.get(event["pci"]) or {}
+            out = {k: v for k, v in event.items() if not k.startswith("_")}
+            out["uuid"], out["serial"] = ids.get("uuid"), ids.get("serial")
+            events.append(out)
+        counted = [s for s, n in self.counts_by_severity.items() if n]
+        highest = max(counted, key=_rank) if counted else "none"
+        lost_gpus = sorted(set(self.lost) | xid79 - {None})
+        return {
+            "events": events,
+            "lost_gpus": lost_gpus,
+            "gpu_ids": {pci: dict(v) for pci, v in sorted(self.gpu_ids.items())},
+            "summary": {
+                "events": sum(self.counts_by_code.values()),
+                "by_code": dict(sorted(self.counts_by_code.items(), key=lambda kv: int(kv[0]))),
+                "by_pci": dict(sorted(self.counts_by_pci.items())),
+                "by_severity": dict(self.counts_by_severity),
+                "correlated": self.correlated,
+                "burst_lines_folded": self.folded,
+                "xid_lines": self.xid_lines,
+                "lines_read": self.lines_read,
+                "skipped_before_since": self.skipped_before_since,
+                "events_dropped": self.dropped,
+            },
+            "highest_severity": highest,
+            "unparsed": {
+                "count": self.unparsed_count,
+                "by_reason": dict(self.unparsed_reasons),
+                "samples": list(self.unparsed_samples),
+            },
+        }
+
+
+def parse_kernel_log(text, **options):
+    """Parse kernel log text from dmesg (any -T/-x/iso form) or a syslog file. Never raises on bad input.
+
+    options: those of XidScanner. Returns XidScanner.result().
+    """
+    scanner = XidScanner(**options)
+    for line in (text or "").splitlines():
+        scanner.feed_line(line)
+    return scanner.result()
+
+
+def parse_journal_json(text, **options):
+    """Parse `journalctl -k -o json` output (one JSON object a line). Never raises on bad input."""
+    scanner = XidScanner(**options)
+    for line in (text or "").splitlines():
+        scanner.feed_journal_line(line)
+    return scanner.result()

@@ -1,0 +1,241 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Where kernel log lines come from: line prefixes, journald JSON records, plain/gzip files (stdlib only: runs on the node).
+
+Every source spells time differently (signals.md section 1):
+  dmesg                    "[ 1843.308145] "                       seconds since boot
+  dmesg -T                 "[Fri Aug  9 13:32:56 2024] "            local wall time, day space-padded
+  dmesg --time-format iso  "2024-08-09T13:32:56,123456+00:00 "
+  dmesg -x                 "kern  :warn  : [ 1843.308145] "
+  syslog (kern.log)        "Dec  2 11:38:47 host kernel: [  219.470994] "   no year
+  rsyslog RFC 3339         "2024-12-02T11:38:47.123456+00:00 host kernel: [  219.470994] "
+  journalctl -k -o json    one JSON object a line (see journal_record)
+split_prefix() strips any of these and returns what it could learn; it never raises.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+import gzip
+import json
+import re
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+_MONTHS = {m: i + 1 for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                           "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))}
+_UPTIME_RE = re.compile(r"^\[\s*(\d+\.\d+)\]\s?")
+_DMESG_X_RE = re.compile(r"^[a-z]+\s*:[a-z]+\s*: ")
+_DMESG_T_RE = re.compile(r"^\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s?")
+_ISO_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[,.](\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?\s")
+_SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) ")
+_HOST_KERNEL_RE = re.compile(r"^\S+ kernel: ")
+
+
+def _local_tz():
+    return datetime.datetime.now().astimezone().tzinfo
+
+
+def _iso(dt):
+    return dt.isoformat()
+
+
+def _tz_from(text):
+    if not text:
+        return None
+    if text == "Z":
+        return datetime.timezone.utc
+    sign = -1 if text[0] == "-" else 1
+    digits = text[1:].replace(":", "")
+    return datetime.timezone(sign * datetime.timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
+
+
+def syslog_year(month, reference):
+    """Year of a syslog timestamp that has none: the reference's year, or the year before when the month lies ahead.
+
+    reference is a datetime near the end of the log (the file's mtime, or now).
+    """
+    return reference.year - 1 if month > reference.month else reference.year
+
+
+class Prefix:
+    """What a line prefix told us. time is a timezone-aware datetime or None; uptime_s a float or None."""
+
+    __slots__ = ("kind", "time", "uptime_s", "message")
+
+    def __init__(self, kind, time, uptime_s, message):
+        self.kind = kind
+        self.time = time
+        self.uptime_s = uptime_s
+        self.message = message
+
+
+def split_prefix(line, reference=None):
+    """Strip a dmesg/syslog prefix from one line (str). Returns a Prefix; unknown prefixes leave the line untouched.
+
+    reference: datetime used to guess the year of syslog timestamps (default: now).
+    """
+    text = line.rstrip("\r\n")
+    time_ = None
+    uptime = None
+    kind = "plain"
+    try:
+        match = _SYSLOG_RE.match(text)
+        if match and match.group(1) in _MONTHS:
+            ref = reference or datetime.datetime.now().astimezone()
+            month = _MONTHS[match.group(1)]
+            try:
+                time_ = datetime.datetime(syslog_year(month, ref), month, int(match.group(2)), int(match.group(3)),
+                                          int(match.group(4)), int(match.group(5)), tzinfo=_local_tz())
+            except ValueError:  # Feb 29 guessed into a non-leap year, garbage digits
+                time_ = None
+            kind = "syslog"
+            text = text[match.end():]
+            host = _HOST_KERNEL_RE.match(text)
+            if host:
+                text = text[host.end():]
+        else:
+            match = _ISO_RE.match(text)
+            if match:
+                frac = (match.group(7) or "0")[:6].ljust(6, "0")
+                tz = _tz_from(match.group(8)) or _local_tz()
+                try:
+                    time_ = datetime.datetime(int(match.group(1)), int(match.group(2)), int(match.group(3)),
+                                              int(match.group(4)), int(match.group(5)), int(match.group(6)),
+                                              int(frac), tzinfo=tz)
+                except ValueError:
+                    time_ = None
+                text = text[match.end():]
+                host = _HOST_KERNEL_RE.match(text)
+                kind = "syslog_iso" if host else "dmesg_iso"
+                if host:
+                    text = text[host.end():]
+            else:
+                match = _DMESG_X_RE.match(text)
+                if match:
+                    kind = "dmesg_x"
+                    text = text[match.end():]
+                match = _DMESG_T_RE.match(text)
+                if match and match.group(1) in _MONTHS:
+                    try:
+                        time_ = datetime.datetime(int(match.group(6)), _MONTHS[match.group(1)], int(match.group(2)),
+                                                  int(match.group(3)), int(match.group(4)), int(match.group(5)),
+                                                  tzinfo=_local_tz())
+                    except ValueError:
+                        time_ = None
+                    kind = "dmesg_t"
+                    text = text[match.end():]
+        match = _UPTIME_RE.match(text)
+        if match:
+            uptime = float(match.group(1))
+            if kind == "plain":
+                kind = "dmesg"
+            text = text[match.end():]
+    except (ValueError, OverflowError):
+        pass
+    return Prefix(kind, time_, uptime, text)
+
+
+def _as_text(value):
+    """A journald field value as str: strings as is, byte arrays (non-UTF-8 values) decoded, None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        if all(isinstance(b, int) and 0 <= b < 256 for b in value):
+            return bytes(value).decode("utf-8", "replace")
+        return None
+    return str(value)
+
+
+def _first(value):
+    """A repeated journald field is an array of values: keep the first."""
+    if isinstance(value, list) and value and not all(isinstance(b, int) for b in value):
+        return value[0]
+    return value
+
+
+def _int_field(record, *names):
+    for name in names:
+        value = _as_text(_first(record.get(name)))
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                continue
+    return None
+
+
+class JournalRecord:
+    """One journald entry: messages (list of str; several when MESSAGE was repeated), time, uptime_s, boot_id, cursor.
+
+    problem is a short reason when the entry could not be read (bad JSON, MESSAGE null because it exceeded 4096 bytes).
+    """
+
+    __slots__ = ("messages", "time", "realtime_us", "uptime_s", "boot_id", "cursor", "problem")
+
+    def __init__(self):
+        self.messages = []
+        self.time = None
+        self.realtime_us = None
+        self.uptime_s = None
+        self.boot_id = None
+        self.cursor = None
+        self.problem = None
+
+
+def journal_record(line):
+    """Decode one line of `journalctl -o json`. Never raises; see JournalRecord.problem."""
+    rec = JournalRecord()
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", "replace")
+    line = line.strip()
+    if not line:
+        rec.problem = "empty"
+        return rec
+    try:
+        data = json.loads(line)
+    except ValueError:
+        rec.problem = "json"
+        return rec
+    if not isinstance(data, dict):
+        rec.problem = "json"
+        return rec
+    rec.cursor = _as_text(_first(data.get("__CURSOR")))
+    rec.boot_id = _as_text(_first(data.get("_BOOT_ID")))
+    rec.realtime_us = _int_field(data, "__REALTIME_TIMESTAMP")
+    if rec.realtime_us is not None:
+        try:
+            rec.time = datetime.datetime.fromtimestamp(rec.realtime_us / 1e6, datetime.timezone.utc)
+        except (ValueError, OverflowError, OSError):
+            rec.time = None
+    # Kernel entries carry the kernel's own monotonic stamp; __MONOTONIC_TIMESTAMP is when journald received it.
+    mono = _int_field(data, "_SOURCE_MONOTONIC_TIMESTAMP", "__MONOTONIC_TIMESTAMP")
+    rec.uptime_s = mono / 1e6 if mono is not None else None
+    raw = data.get("MESSAGE")
+    if raw is None:
+        rec.problem = "message_null" if "MESSAGE" in data else "no_message"
+    elif isinstance(raw, list) and raw and not all(isinstance(b, int) for b in raw):
+        rec.messages = [m for m in (_as_text(v) for v in raw) if m is not None]
+    else:
+        text = _as_text(raw)
+        if text is None:
+            rec.problem = "message_type"
+        else:
+            rec.messages = [text]
+    return rec
+
+
+def is_gzip(path):
+    with open(path, "rb") as fh:
+        return fh.read(2) == GZIP_MAGIC
+
+
+def open_log(path):
+    """Open a log file for binary streaming reads; gzip detected by its magic bytes, not by the name."""
+    if is_gzip(path):
+        return gzip.open(path, "rb")
+    return open(path, "rb")
