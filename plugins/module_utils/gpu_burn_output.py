@@ -1,0 +1,327 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Parse and judge gpu_burn (wilicc/gpu-burn) output; stdlib only, runs on the node. signals.md section 5.
+
+Shapes read:
+  Using compare file: compare.ptx / Burning for 600 seconds.
+  Initialized device 0 with 81079 MB of memory (80484 MB available, using 72436 MB of it), using FLOATS[, using Tensor Cores]
+  progress frames rewritten with \\r (so in a captured log they are glued together or split across lines):
+    11.7%  proc'd: 2947 (7124 Gflop/s) - 2664 (6963 Gflop/s)   errors: 0 - 3  (WARNING!)   temps: 56 C - -- [  power: 300 W - 290 W ]
+  a tab/space indented "Summary at:   <date>" about every 10 %; the error counters restart after each summary
+  Killing processes with SIGTERM (soft kill) / done / Tested 2 GPUs: / GPU 0: OK / GPU 1: FAULTY
+  Couldn't init a GPU test: ..., Failure during compute: ..., No clients are alive!  Aborting
+
+Traps: exit code 0 with FAULTY GPUs; negative error counts (int overflow, or -1 added by a dying worker); "OK" after a
+failed init; no progress frames at all. A GPU passes only if initialised, did work, had zero errors in every frame and
+was not reported FAULTY.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import Findings
+
+_FRAME_START = re.compile(r"(\d{1,3}(?:\.\d+)?)%\s+proc'd:")
+_FRAME = re.compile(
+    r"^(?P<pct>\d{1,3}(?:\.\d+)?)%\s+proc'd:(?P<proc>.*?)errors:(?P<errors>.*?)temps:(?P<temps>.*?)"
+    r"(?:power:(?P<power>.*))?$"
+)
+_PROC_ENTRY = re.compile(r"(-?\d+)\s*\(\s*([-+\w.]+)\s*Gflop/s\)")
+_ERR_ENTRY = re.compile(r"(-?\d+)\s*(\((?:WARNING|DIED)!\))?")
+_TEMP_ENTRY = re.compile(r"(-?\d+)\s*C\b|(--)")
+_POWER_ENTRY = re.compile(r"(-?\d+(?:\.\d+)?)\s*W\b|(--)")
+_INIT = re.compile(
+    r"Initialized device (?P<dev>\d+) with (?P<total>\d+) MB of memory \((?P<avail>\d+) MB available, "
+    r"using (?P<used>\d+) MB of it\)(?:, using (?P<prec>\w+))?(?P<tc>, using Tensor Cores)?"
+)
+_COMPARE = re.compile(r"Using compare file:\s*(.*)$")
+_BURNING = re.compile(r"Burning for (\d+) seconds")
+_TESTED = re.compile(r"Tested (\d+) GPUs:")
+_FINAL = re.compile(r"^\s*GPU (\d+):\s*(OK|FAULTY)\s*$")
+_SUMMARY = re.compile(r"^\s*Summary at:")
+_SMI_L = re.compile(r"^GPU \d+: .*\(UUID: ")
+_KNOWN_NOISE = (
+    "Killing processes", "done", "Results are ", "Freed memory for dev", "Uninitted cublas",
+    "Run length not specified", "read[",
+)
+_FAILURE_MARKERS = (
+    ("init_failures", "Couldn't init a GPU test"),
+    ("compute_failures", "Failure during compute"),
+    ("cuda_failures", "Couldn't init CUDA"),
+    ("cuda_failures", "No CUDA devices"),
+    ("cuda_failures", "No CUDA capable GPUs"),
+    ("aborted", "No clients are alive"),
+)
+MAX_SAMPLES = 5
+
+
+def _to_float(text):
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return None
+    return value
+
+
+def _segments(text):
+    """Lines of the log with \\r-rewritten frames separated, however the capture glued or split them."""
+    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        starts = [m.start() for m in _FRAME_START.finditer(raw)]
+        if not starts:
+            yield raw
+            continue
+        if starts[0] > 0:
+            yield raw[:starts[0]]
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else len(raw)
+            yield raw[start:end]
+
+
+def _parse_frame(segment):
+    """One progress frame -> list of per-GPU dicts, or None when it is not a complete frame."""
+    match = _FRAME.match(segment.strip())
+    if not match:
+        return None
+    procs = _PROC_ENTRY.findall(match.group("proc"))
+    errors = _ERR_ENTRY.findall(match.group("errors"))
+    temps = _TEMP_ENTRY.findall(match.group("temps"))
+    powers = _POWER_ENTRY.findall(match.group("power") or "")
+    if not procs or len(errors) != len(procs):
+        return None
+    gpus = []
+    for i, (proc, gflops) in enumerate(procs):
+        err_count, marker = errors[i]
+        temp = temps[i] if i < len(temps) else ("", "--")
+        power = powers[i] if i < len(powers) else ("", "--")
+        gpus.append({
+            "processed": int(proc),
+            "gflops": _to_float(gflops),
+            "errors": int(err_count),
+            "warning": marker == "(WARNING!)",
+            "died": marker == "(DIED!)" or int(proc) == -1,
+            "temperature_c": int(temp[0]) if temp[0] else None,
+            "power_w": _to_float(power[0]) if power[0] else None,
+        })
+    return {"percent": _to_float(match.group("pct")), "gpus": gpus}
+
+
+def _new_gpu(index):
+    return {
+        "index": index, "cuda_index": index, "initialised": False, "memory_total_mb": None, "memory_used_mb": None,
+        "precision": None,
+        "frames": 0, "processed": 0, "gflops_max": None, "gflops_mean": None, "_gflops": [],
+        "errors": 0, "error_frames": 0, "negative_error_frames": 0, "_window_max": 0,
+        "warning_frames": 0, "died": False, "max_temperature_c": None, "max_power_w": None, "final": None,
+        "first_error_line": None, "died_line": None,
+    }
+
+
+def parse_gpu_burn(text):
+    """gpu_burn stdout (+stderr) -> dict; never raises. See the module docstring for the shapes."""
+    text = text if isinstance(text, str) else ("" if text is None else str(text))
+    out = {
+        "compare_file": None, "burn_seconds": None, "frames": 0, "summaries": 0, "last_percent": None,
+        "tested_gpus": None, "gpus": [], "init_failures": [], "compute_failures": [], "cuda_failures": [],
+        "aborted": [], "finished": False, "unparsed": {"count": 0, "samples": []}, "problems": [],
+        "evidence": [],
+    }
+    gpus = {}
+    in_final = False
+    last_frame_line = None
+
+    def gpu(index):
+        if index not in gpus:
+            gpus[index] = _new_gpu(index)
+        return gpus[index]
+
+    def close_window():
+        # Counters are cumulative inside a summary window and restart after it: count each window once, by its
+        # largest |count| (robust to the sign flip of an overflowed counter).
+        for entry in gpus.values():
+            entry["errors"] += entry["_window_max"]
+            entry["_window_max"] = 0
+
+    for segment in _segments(text):
+        line = segment.rstrip()
+        stripped = line.strip()
+        if not stripped:
+            continue
+        frame = _parse_frame(stripped) if "proc'd:" in stripped else None
+        if frame is not None:
+            out["frames"] += 1
+            out["last_percent"] = frame["percent"]
+            last_frame_line = stripped
+            for index, values in enumerate(frame["gpus"]):
+                entry = gpu(index)
+                entry["frames"] += 1
+                entry["processed"] = max(entry["processed"], values["processed"])
+                if values["gflops"] is not None and values["gflops"] > 0:
+                    entry["_gflops"].append(values["gflops"])
+                if values["died"]:
+                    # A dying worker reports -1 as its error count: that is the death signal, not a miscompare.
+                    if not entry["died"]:
+                        entry["died_line"] = stripped
+                    entry["died"] = True
+                elif values["errors"]:
+                    entry["error_frames"] += 1
+                    entry["_window_max"] = max(entry["_window_max"], abs(values["errors"]))
+                    if entry["first_error_line"] is None:
+                        entry["first_error_line"] = stripped
+                if values["errors"] < 0 and not values["died"]:
+                    entry["negative_error_frames"] += 1
+                if values["warning"]:
+                    entry["warning_frames"] += 1
+                for key, value in (("max_temperature_c", values["temperature_c"]), ("max_power_w", values["power_w"])):
+                    if value is not None and (entry[key] is None or value > entry[key]):
+                        entry[key] = value
+            continue
+        if "proc'd:" in stripped:
+            # A frame cut off by the capture (the last one of a killed run): not evidence of anything.
+            out["problems"].append({"kind": "partial_frame", "message": "incomplete progress frame",
+                                    "line": stripped[:200]})
+            continue
+        if _SUMMARY.match(line):
+            out["summaries"] += 1
+            close_window()
+            continue
+        match = _INIT.search(stripped)
+        if match:
+            entry = gpu(int(match.group("dev")))
+            entry["initialised"] = True
+            entry["memory_total_mb"] = int(match.group("total"))
+            entry["memory_used_mb"] = int(match.group("used"))
+            prec = (match.group("prec") or "").upper()
+            entry["precision"] = "double" if prec == "DOUBLES" else ("float" if prec == "FLOATS" else None)
+            out["evidence"].append(stripped)
+            continue
+        match = _TESTED.search(stripped)
+        if match:
+            out["tested_gpus"] = int(match.group(1))
+            in_final = True
+            out["evidence"].append(stripped)
+            continue
+        match = _FINAL.match(stripped)
+        if match and in_final:
+            gpu(int(match.group(1)))["final"] = match.group(2)
+            out["evidence"].append(stripped)
+            continue
+        failure = [key for key, marker in _FAILURE_MARKERS if marker in stripped]
+        if failure:
+            out[failure[0]].append(stripped)
+            out["evidence"].append(stripped)
+            continue
+        match = _COMPARE.search(stripped)
+        if match:
+            out["compare_file"] = match.group(1).strip()
+            continue
+        match = _BURNING.search(stripped)
+        if match:
+            out["burn_seconds"] = int(match.group(1))
+            continue
+        if stripped.startswith("Killing processes") or stripped == "done":
+            out["finished"] = out["finished"] or stripped == "done"
+            continue
+        if _SMI_L.match(stripped) or stripped.startswith(_KNOWN_NOISE) or _looks_like_date(stripped):
+            continue
+        out["unparsed"]["count"] += 1
+        if len(out["unparsed"]["samples"]) < MAX_SAMPLES:
+            out["unparsed"]["samples"].append(stripped[:200])
+    close_window()
+
+    for index in sorted(gpus):
+        entry = gpus[index]
+        values = entry.pop("_gflops")
+        entry.pop("_window_max")
+        if values:
+            entry["gflops_max"] = round(max(values), 1)
+            entry["gflops_mean"] = round(sum(values) / len(values), 1)
+        entry["status"] = _gpu_status(entry)
+        out["gpus"].append(entry)
+    if last_frame_line:
+        out["evidence"].append(last_frame_line)
+    return out
+
+
+def _looks_like_date(line):
+    # `date` output after "Summary at:" lands on its own line in captured logs: "Tue Aug 13 10:01:02 UTC 2024".
+    return bool(re.match(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} ", line))
+
+
+def _gpu_status(entry):
+    if not entry["initialised"]:
+        return "not_initialised"
+    if entry["died"]:
+        return "died"
+    if entry["errors"] or entry["error_frames"] or entry["final"] == "FAULTY":
+        return "faulty"
+    if entry["processed"] <= 0 or not entry["gflops_max"]:
+        return "no_work"
+    return "ok"
+
+
+def evaluate(parsed, expected_gpus=None, rc=0):
+    """Verdict, reasons and evidence for a parsed run (the tool ran and did not time out)."""
+    findings = Findings()
+    gpus = parsed["gpus"]
+    recognised = (parsed["burn_seconds"] is not None or parsed["frames"] or gpus or parsed["tested_gpus"] is not None
+                  or parsed["init_failures"] or parsed["cuda_failures"] or parsed["aborted"])
+    if not recognised:
+        findings.add("error", "gpu_burn output not recognised (rc=%s): no start, progress or summary lines" % rc,
+                     parsed["unparsed"]["samples"])
+        return findings.as_dict()
+    # Set-up problems make every later symptom (dead workers, missing GPUs) an artefact: report them alone.
+    for line in parsed["cuda_failures"]:
+        findings.add("error", "gpu_burn could not use CUDA (%s): check the driver with nvidia-smi" % line, line)
+    for line in parsed["init_failures"]:
+        if "compare kernel" in line or "compare.ptx" in line:
+            findings.add("error", "gpu_burn cannot find its compare kernel (%s): run it from the directory holding "
+                                  "compare.ptx (option cwd)" % line, line)
+    if findings.verdicts:
+        findings.add_evidence(parsed["evidence"])
+        return findings.as_dict()
+    for line in parsed["init_failures"]:
+        findings.add("fail", "a GPU test could not initialise (%s): the GPU is unusable, check nvidia-smi and "
+                             "the kernel log for XIDs" % line, line)
+    for line in parsed["aborted"]:
+        findings.add("fail", "all gpu_burn workers died (%s)" % line, line)
+    for line in parsed["compute_failures"]:
+        findings.add("fail", "a GPU failed during compute (%s)" % line, line)
+    for entry in gpus:
+        name = "GPU %s" % entry["index"]
+        if entry["cuda_index"] != entry["index"]:
+            name += " (gpu_burn device %s)" % entry["cuda_index"]
+        status = entry["status"]
+        if status == "not_initialised":
+            findings.add("fail", "%s appears in the progress but was never initialised" % name)
+        elif status == "died":
+            findings.add("fail", "%s: its gpu_burn worker died during the run (DIED!): check the kernel log for XIDs "
+                                 "and reseat/replace the card" % name, entry["died_line"])
+        elif status == "faulty":
+            detail = "%d calculation errors" % entry["errors"] if entry["errors"] else "reported FAULTY"
+            if entry["negative_error_frames"]:
+                detail += " (counter overflowed negative)"
+            findings.add("fail", "%s produced wrong results under load (%s): faulty GPU memory or compute, RMA the "
+                                 "card if it repeats" % (name, detail), entry["first_error_line"])
+        elif status == "no_work" and parsed["frames"]:
+            findings.add("fail", "%s was initialised but did no work (proc'd %s, Gflop/s %s): hung or stalled GPU"
+                         % (name, entry["processed"], entry["gflops_max"]))
+    initialised = [g for g in gpus if g["initialised"]]
+    if expected_gpus is not None and len(initialised) < expected_gpus:
+        findings.add("fail", "only %d of %d expected GPUs initialised: a GPU is missing (check nvidia-smi, risers, "
+                             "power)" % (len(initialised), expected_gpus))
+    if not parsed["frames"]:
+        findings.add("error", "gpu_burn printed no progress frames: nothing was measured")
+    elif parsed["tested_gpus"] is None and not parsed["aborted"]:
+        findings.add("error", "gpu_burn did not finish (no 'Tested N GPUs' summary, last progress %s%%)"
+                     % parsed["last_percent"])
+    if parsed["tested_gpus"] is not None and parsed["tested_gpus"] != len(gpus) and gpus:
+        findings.add("error", "gpu_burn tested %d GPUs but its output shows %d" % (parsed["tested_gpus"], len(gpus)))
+    if rc not in (0, None) and not findings.verdicts:
+        findings.add("error", "gpu_burn exited with rc=%s although its output looks clean" % rc)
+    findings.add_evidence(parsed["evidence"])
+    return findings.as_dict()

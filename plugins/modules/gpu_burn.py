@@ -1,0 +1,239 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_burn
+short_description: Load every GPU with gpu_burn and judge each one from the tool's own evidence
+description:
+  - Runs C(gpu_burn) (wilicc/gpu-burn) for O(duration) seconds through the collection's tool runner (own process
+    group, the whole group killed on timeout), parses its output and returns one finding per GPU.
+  - The exit code and the final C(OK) lines are not trusted. A GPU passes only if it was initialised, did work
+    (processed > 0 and Gflop/s > 0), had zero calculation errors in every progress frame and was not reported FAULTY.
+  - A failing GPU gives O(verdict=fail) with C(failed=false) so the play carries on; a missing tool, a timeout or
+    unreadable output gives O(verdict=error). In check mode gpu_burn is not run (O(verdict=skipped)).
+  - Always sets C(CUDA_DEVICE_ORDER=PCI_BUS_ID) so CUDA device numbers match nvidia-smi indexes.
+version_added: "0.1.0"
+author: kentino.gpufleet contributors
+options:
+  executable:
+    description:
+      - Path or name of gpu_burn. Default C(gpu_burn) (then C(gpu-burn)) on PATH or in C(/opt/gpufleet/bin), where
+        the kentino.gpufleet.validation_tools role installs it.
+    type: path
+  duration:
+    description: Seconds to burn (gpu_burn's TIME argument).
+    type: int
+    default: 600
+  gpus:
+    description:
+      - Indexes (as nvidia-smi numbers them) of the GPUs to burn; sets C(CUDA_VISIBLE_DEVICES). Default all GPUs.
+      - Results report both the nvidia-smi C(index) and gpu_burn's own C(cuda_index).
+    type: list
+    elements: int
+  doubles:
+    description: Use double precision (C(-d)).
+    type: bool
+    default: false
+  tensor_cores:
+    description: Try to use tensor cores (C(-tc)).
+    type: bool
+    default: false
+  memory:
+    description: GPU memory to use, C(N%) of the free memory or an integer number of MB (C(-m)). Default gpu_burn's 90%.
+    type: str
+  expected_gpus:
+    description:
+      - Number of GPUs that must initialise; fewer is O(verdict=fail). Default the length of O(gpus) when given.
+    type: int
+  cwd:
+    description: Directory to run in, where gpu_burn finds C(compare.ptx). Default the executable's directory.
+    type: path
+  timeout:
+    description: Seconds before gpu_burn and its workers are killed. Default O(duration) + 120.
+    type: int
+notes:
+  - Invasive; it saturates the GPUs for O(duration) seconds. Do not run it on nodes with live jobs.
+"""
+
+EXAMPLES = r"""
+- name: Burn all GPUs for 10 minutes
+  kentino.gpufleet.gpu_burn:
+    duration: 600
+    expected_gpus: 8
+  register: gpufleet_result_gpu_burn
+
+- name: Burn two GPUs with doubles and tensor cores, 80% of memory
+  kentino.gpufleet.gpu_burn:
+    duration: 120
+    gpus: [2, 5]
+    doubles: true
+    tensor_cores: true
+    memory: "80%"
+  register: gpufleet_result_gpu_burn
+"""
+
+RETURN = r"""
+verdict:
+  description: pass, warn, fail, error or skipped.
+  returned: always
+  type: str
+  sample: fail
+reasons:
+  description: One line per finding, naming the GPU and the action.
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU 3 produced wrong results under load (6 calculation errors): faulty GPU memory or compute, RMA the card if it repeats"]
+evidence:
+  description: Raw gpu_burn lines that justify the verdict.
+  returned: always
+  type: list
+  elements: str
+tool:
+  description: How gpu_burn ran (argv, rc, timed_out, duration_s, error).
+  returned: always
+  type: dict
+gpus:
+  description:
+    - One entry per GPU seen in the output. C(status) is ok, faulty, died, not_initialised or no_work.
+    - C(errors) counts calculation errors once per summary window (gpu_burn's counters are cumulative between
+      summaries); C(error_frames) is the number of progress frames that showed errors.
+  returned: when gpu_burn ran
+  type: list
+  elements: dict
+  sample:
+    - {index: 0, cuda_index: 0, status: ok, errors: 0, error_frames: 0, gflops_max: 7122.0, gflops_mean: 7109.9,
+       max_temperature_c: 64, max_power_w: null, frames: 10, processed: 2670, final: OK, initialised: true}
+initialised_gpus:
+  description: How many GPUs gpu_burn initialised.
+  returned: when gpu_burn ran
+  type: int
+frames:
+  description: Progress frames read.
+  returned: when gpu_burn ran
+  type: int
+summaries:
+  description: C(Summary at:) lines read (each one restarts the error counters).
+  returned: when gpu_burn ran
+  type: int
+burn_s:
+  description: Burn time gpu_burn announced.
+  returned: when gpu_burn ran
+  type: int
+unparsed:
+  description: Output lines that matched no known shape (count and up to 5 samples).
+  returned: when gpu_burn ran
+  type: dict
+problems:
+  description: Lines the parser recognised but could not fully read (for example a frame cut off by a kill).
+  returned: when gpu_burn ran
+  type: list
+  elements: dict
+"""
+
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    build_result,
+    missing_tool_reason,
+    planned_tool,
+    run_problem,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import evaluate, parse_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
+
+TOOL_DIRS = ["/opt/gpufleet/bin"]
+INSTALL_HINT = "install it with the kentino.gpufleet.validation_tools role or pass executable="
+
+
+def build_argv(executable, params):
+    argv = [executable]
+    if params["doubles"]:
+        argv.append("-d")
+    if params["tensor_cores"]:
+        argv.append("-tc")
+    if params["memory"]:
+        argv += ["-m", params["memory"]]
+    # gpu_burn reads TIME positionally after the options.
+    argv.append(str(params["duration"]))
+    return argv
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            executable=dict(type="path"),
+            duration=dict(type="int", default=600),
+            gpus=dict(type="list", elements="int"),
+            doubles=dict(type="bool", default=False),
+            tensor_cores=dict(type="bool", default=False),
+            memory=dict(type="str"),
+            expected_gpus=dict(type="int"),
+            cwd=dict(type="path"),
+            timeout=dict(type="int"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["duration"] < 1:
+        module.fail_json(msg="duration must be at least 1 second, got %s" % params["duration"])
+    if params["memory"] is not None and not re.match(r"^[1-9][0-9]*%?$", params["memory"]):
+        module.fail_json(msg="memory must be N%% or an integer number of MB (e.g. 90%% or 20000), got %r"
+                             % params["memory"])
+    if params["gpus"] is not None and (not params["gpus"] or min(params["gpus"]) < 0):
+        module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
+    timeout = params["timeout"] if params["timeout"] is not None else params["duration"] + 120
+    if timeout < 1:
+        module.fail_json(msg="timeout must be at least 1 second, got %s" % timeout)
+    expected = params["expected_gpus"]
+    if expected is None and params["gpus"]:
+        expected = len(params["gpus"])
+
+    executable = find_tool(module, "gpu_burn", params["executable"], TOOL_DIRS)
+    if executable is None and not params["executable"]:
+        executable = find_tool(module, "gpu-burn", None, TOOL_DIRS)
+    if executable is None:
+        name = params["executable"] or "gpu_burn"
+        module.exit_json(**build_result("error", [missing_tool_reason(name, INSTALL_HINT)], [],
+                                        planned_tool(build_argv(name, params), error="not found")))
+    argv = build_argv(executable, params)
+    if module.check_mode:
+        module.exit_json(**build_result("skipped", ["check mode: gpu_burn not run (it loads the GPUs for %s s)"
+                                                    % params["duration"]], [], planned_tool(argv)))
+
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if params["gpus"]:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in params["gpus"])
+    cwd = params["cwd"] or os.path.dirname(os.path.abspath(executable))
+    if not os.path.isdir(cwd):
+        module.fail_json(msg="cwd %s is not a directory (it must hold gpu_burn's compare.ptx)" % cwd)
+    tool = run_tool(argv, timeout, env=env, cwd=cwd)
+    problem = run_problem(tool, "gpu_burn", timeout)
+    if problem:
+        module.exit_json(**build_result(problem[0], [problem[1]], problem[2], tool.as_dict()))
+
+    parsed = parse_gpu_burn(tool.stdout + "\n" + tool.stderr)
+    if params["gpus"]:
+        # gpu_burn numbers the visible GPUs from 0: report nvidia-smi's index, keep gpu_burn's as cuda_index.
+        for entry in parsed["gpus"]:
+            if entry["index"] < len(params["gpus"]):
+                entry["index"] = params["gpus"][entry["cuda_index"]]
+    judged = evaluate(parsed, expected_gpus=expected, rc=tool.rc)
+    module.exit_json(**build_result(
+        judged["verdict"], judged["reasons"], judged["evidence"], tool.as_dict(),
+        gpus=parsed["gpus"], initialised_gpus=len([g for g in parsed["gpus"] if g["initialised"]]),
+        frames=parsed["frames"], summaries=parsed["summaries"], burn_s=parsed["burn_seconds"],
+        unparsed=parsed["unparsed"], problems=parsed["problems"],
+    ))
+
+
+if __name__ == "__main__":
+    main()

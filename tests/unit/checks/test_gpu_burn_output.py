@@ -1,0 +1,171 @@
+"""gpu_burn parser and judgement against recorded shapes (tests/fixtures/gpu_burn/README.md)."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import evaluate, parse_gpu_burn
+
+
+def _run(fixture_text, name, expected_gpus=None, rc=0):
+    parsed = parse_gpu_burn(fixture_text("gpu_burn", name))
+    return parsed, evaluate(parsed, expected_gpus=expected_gpus, rc=rc)
+
+
+def _by_index(parsed):
+    return {g["index"]: g for g in parsed["gpus"]}
+
+
+def test_healthy_run_passes_with_figures(fixture_text):
+    parsed, judged = _run(fixture_text, "healthy_2gpu.log", expected_gpus=2)
+    assert judged["verdict"] == "pass", judged["reasons"]
+    assert parsed["frames"] == 10 and parsed["summaries"] == 3 and parsed["tested_gpus"] == 2
+    assert parsed["burn_seconds"] == 60 and parsed["compare_file"] == "compare.ptx"
+    assert parsed["unparsed"]["count"] == 0
+    gpu0, gpu1 = parsed["gpus"]
+    assert gpu0["status"] == gpu1["status"] == "ok"
+    assert gpu0["processed"] == 2670 and gpu0["gflops_max"] == 7122.0
+    assert 7100 <= gpu0["gflops_mean"] <= 7122
+    assert gpu1["max_temperature_c"] == 67 and gpu0["precision"] == "float"
+    assert any(line.startswith("Tested 2 GPUs") for line in judged["evidence"])
+
+
+def test_errors_counted_once_per_summary_window(fixture_text):
+    # GPU 1 shows 3 then 5 (cumulative) before the first summary, then 1, 1 after it: 5 + 1 real errors, not 10.
+    parsed, judged = _run(fixture_text, "faulty_errors_reset.log")
+    gpu1 = _by_index(parsed)[1]
+    assert gpu1["status"] == "faulty" and gpu1["errors"] == 6 and gpu1["error_frames"] == 4
+    assert gpu1["warning_frames"] == 4 and gpu1["final"] == "FAULTY"
+    assert _by_index(parsed)[0]["status"] == "ok"
+    assert judged["verdict"] == "fail"
+    assert any("GPU 1" in r and "6 calculation errors" in r for r in judged["reasons"])
+    assert any("(WARNING!)" in line for line in judged["evidence"])
+
+
+def test_negative_error_count_is_a_failure(fixture_text):
+    parsed, judged = _run(fixture_text, "negative_overflow.log")
+    gpu0 = _by_index(parsed)[0]
+    assert gpu0["status"] == "faulty" and gpu0["errors"] == 2147483000 and gpu0["negative_error_frames"] == 1
+    assert judged["verdict"] == "fail" and any("overflowed" in r for r in judged["reasons"])
+
+
+def test_died_worker_fails_even_though_final_says_ok(fixture_text):
+    parsed, judged = _run(fixture_text, "died.log")
+    gpu1 = _by_index(parsed)[1]
+    assert gpu1["final"] == "OK" and gpu1["status"] == "died"
+    assert gpu1["errors"] == 0, "the -1 a dying worker reports is not a calculation error"
+    assert judged["verdict"] == "fail"
+    assert any("GPU 1" in r and "DIED" in r for r in judged["reasons"])
+    assert any("Failure during compute" in line for line in judged["evidence"])
+
+
+def test_unknown_temperature_and_power_columns(fixture_text):
+    parsed, judged = _run(fixture_text, "unknown_temp_power.log", expected_gpus=3)
+    assert judged["verdict"] == "pass", judged["reasons"]
+    gpus = _by_index(parsed)
+    assert gpus[0]["max_temperature_c"] is None and gpus[1]["max_temperature_c"] == 61
+    assert gpus[2]["max_power_w"] == 590.0
+
+
+def test_ok_after_init_failure_is_not_trusted(fixture_text):
+    parsed, judged = _run(fixture_text, "init_failure_then_ok.log", expected_gpus=2)
+    gpu1 = _by_index(parsed)[1]
+    assert gpu1["final"] == "OK" and gpu1["status"] == "not_initialised"
+    assert judged["verdict"] == "fail"
+    assert any("only 1 of 2 expected GPUs" in r for r in judged["reasons"])
+    assert any("Couldn't init a GPU test" in line for line in judged["evidence"])
+
+
+def test_no_progress_frames_is_error_not_pass(fixture_text):
+    parsed, judged = _run(fixture_text, "no_frames.log")
+    assert parsed["frames"] == 0 and parsed["tested_gpus"] == 2
+    assert [g["final"] for g in parsed["gpus"]] == ["OK", "OK"]
+    assert judged["verdict"] == "error"
+    assert any("no progress frames" in r for r in judged["reasons"])
+
+
+def test_all_workers_dead_aborts(fixture_text):
+    parsed, judged = _run(fixture_text, "aborted.log")
+    assert parsed["aborted"] and all(g["status"] == "died" for g in parsed["gpus"])
+    assert judged["verdict"] == "fail"
+    assert any("No clients are alive" in line for line in judged["evidence"])
+
+
+def test_frames_split_on_lines_and_space_indented_summary(fixture_text):
+    parsed, judged = _run(fixture_text, "split_frames_spaces.log")
+    assert parsed["frames"] == 7 and parsed["summaries"] == 2
+    assert _by_index(parsed)[0]["errors"] == 1 and judged["verdict"] == "fail"
+
+
+def test_frames_glued_without_separator(fixture_text):
+    parsed, judged = _run(fixture_text, "concatenated_frames.log")
+    assert parsed["frames"] == 8 and judged["verdict"] == "pass"
+    assert _by_index(parsed)[1]["processed"] == 2136
+
+
+def test_missing_compare_kernel_is_a_setup_error(fixture_text):
+    parsed, judged = _run(fixture_text, "compare_kernel_missing.log", expected_gpus=2)
+    assert judged["verdict"] == "error", "a missing compare.ptx is not a GPU fault"
+    assert any("compare.ptx" in r and "cwd" in r for r in judged["reasons"])
+
+
+def test_gpu_that_did_no_work_fails(fixture_text):
+    parsed, judged = _run(fixture_text, "no_work_gpu.log")
+    assert _by_index(parsed)[1]["status"] == "no_work"
+    assert judged["verdict"] == "fail" and any("did no work" in r for r in judged["reasons"])
+
+
+def test_run_killed_mid_frame_is_incomplete(fixture_text):
+    parsed, judged = _run(fixture_text, "truncated_killed.log")
+    assert parsed["problems"] and parsed["problems"][0]["kind"] == "partial_frame"
+    assert judged["verdict"] == "error" and any("did not finish" in r for r in judged["reasons"])
+
+
+def test_garbage_is_error_with_samples(fixture_text):
+    parsed, judged = _run(fixture_text, "garbage.txt")
+    assert judged["verdict"] == "error"
+    assert parsed["unparsed"]["count"] == 3 and judged["evidence"]
+
+
+def test_expected_gpus_more_than_initialised_fails(fixture_text):
+    _, judged = _run(fixture_text, "healthy_2gpu.log", expected_gpus=8)
+    assert judged["verdict"] == "fail" and any("only 2 of 8" in r for r in judged["reasons"])
+
+
+def test_nonzero_exit_with_clean_output_is_error(fixture_text):
+    _, judged = _run(fixture_text, "healthy_2gpu.log", rc=2)
+    assert judged["verdict"] == "error"
+
+
+def test_empty_and_non_string_input():
+    for text in ("", None, b"bytes"):
+        parsed = parse_gpu_burn(text)
+        assert evaluate(parsed)["verdict"] == "error"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_fuzz_random_text_never_raises(text):
+    evaluate(parse_gpu_burn(text))
+
+
+FRAME_BITS = st.sampled_from([
+    "\r", "\n", "12.5%  ", "proc'd: ", "267 (7100 Gflop/s) ", "- ", "-1 ", "(inf Gflop/s)", "  errors: ", "0 ",
+    "-2147483000 ", " (WARNING!)", " (DIED!)", "  temps: ", "55 C ", "-- ", "  power: ", "300 W ", "\tSummary at: x\n",
+    "Tested 2 GPUs:\n", "GPU 0: OK\n", "GPU 1: FAULTY\n", "Initialized device 0 with 1 MB of memory (1 MB available, "
+    "using 1 MB of it), using FLOATS\n", "No clients are alive!  Aborting\n", "Couldn't init a GPU test: x\n",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(FRAME_BITS, max_size=40))
+def test_fuzz_shuffled_tool_fragments_never_raise(parts):
+    parsed = parse_gpu_burn("".join(parts))
+    judged = evaluate(parsed, expected_gpus=2)
+    assert judged["verdict"] in ("pass", "warn", "fail", "error")
+    if judged["verdict"] == "pass":
+        # The pass rule of signals.md section 5, whatever the tool printed.
+        assert parsed["frames"] and parsed["tested_gpus"] is not None
+        for gpu in parsed["gpus"]:
+            assert gpu["initialised"] and gpu["processed"] > 0 and gpu["gflops_max"] > 0
+            assert gpu["errors"] == 0 and gpu["error_frames"] == 0 and not gpu["died"]
+            assert gpu["final"] != "FAULTY"
