@@ -1,0 +1,276 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Gather per-GPU facts from nvidia-smi (identity, PCIe, ECC, retired pages, remapped rows, throttling)
+description:
+  - Runs C(nvidia-smi --query-gpu) once for the per-GPU values, C(--query-compute-apps) for the processes on each GPU
+    and C(nvidia-smi -q) for what the CSV interface lacks (PCIe replay counter; values of fields the driver rejected).
+  - Field names differ between driver generations and one unknown name aborts the whole query. The module asks with
+    the newest names first; when the driver rejects one it reads C(--help-query-gpu) once and retries with the old
+    names (C(pcie.link.gen.current), C(clocks_throttle_reasons.active)) or without the field.
+  - Values the card does not support are null, never strings such as C([N/A]).
+  - A lost GPU (C(GPU is lost), non-zero exit, possibly while the other GPUs still print) is reported in
+    C(gpufleet_gpu_problems), not as a module failure. A node without nvidia-smi returns no GPUs and a
+    C(tool_missing) problem.
+  - Read-only; runs in check mode.
+version_added: "0.1.0"
+author:
+  - kentino.gpufleet contributors
+options:
+  executable:
+    description:
+      - Path or name of the nvidia-smi binary. Default is C(nvidia-smi) found on C(PATH).
+    type: str
+  timeout:
+    description:
+      - Seconds each nvidia-smi call may run before it is killed (a lost GPU can make nvidia-smi hang).
+    type: int
+    default: 60
+  include_processes:
+    description:
+      - Query the compute processes on each GPU (one extra nvidia-smi call).
+    type: bool
+    default: true
+  include_q:
+    description:
+      - Run C(nvidia-smi -q) for the PCIe replay counter and for values of fields this driver's CSV interface rejects
+        (one extra call). When false, C(pcie_replays) is null.
+    type: bool
+    default: true
+notes:
+  - Lost GPUs are not listed in C(gpufleet_gpus) (nothing can be read from them) and are not counted in
+    C(gpufleet_gpu_count); compare the count with the expected GPUs per node.
+seealso:
+  - module: kentino.gpufleet.gpu_sample
+"""
+
+EXAMPLES = r"""
+- name: Gather GPU facts
+  kentino.gpufleet.gpu_facts:
+
+- name: Fewer calls on a big fleet (no processes, no -q)
+  kentino.gpufleet.gpu_facts:
+    include_processes: false
+    include_q: false
+    timeout: 30
+
+- name: Stop when a GPU is lost
+  ansible.builtin.assert:
+    that: ansible_facts['gpufleet_gpu_problems'] | selectattr('kind', 'equalto', 'lost') | list | length == 0
+    fail_msg: "{{ ansible_facts['gpufleet_gpu_problems'] | selectattr('kind', 'equalto', 'lost') | map(attribute='message') | list }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts about the node's NVIDIA GPUs.
+  returned: always
+  type: dict
+  contains:
+    gpufleet_gpus:
+      description:
+        - One dict per readable GPU with exactly these keys; a value the card or driver does not provide is null.
+        - index, pci (V(dddd:bb:dd), lowercase), uuid, serial, name, driver_version, vbios, temperature_c, power_w,
+          power_limit_w, memory_used_mib, memory_total_mib, pcie_gen_current, pcie_gen_max, pcie_width_current,
+          pcie_width_max, pcie_replays (from C(-q)), ecc_mode (V(enabled)/V(disabled)), ecc_volatile_corrected,
+          ecc_volatile_uncorrected, ecc_aggregate_corrected, ecc_aggregate_uncorrected, retired_pages_sbe,
+          retired_pages_dbe, retired_pages_pending (bool), remapped_rows_correctable, remapped_rows_uncorrectable,
+          remapped_rows_pending (bool), remapped_rows_failure (bool), throttle_reasons (list of active reasons such as
+          V(gpu_idle), V(sw_power_cap), V(hw_slowdown), V(hw_thermal_slowdown), V(sw_thermal_slowdown),
+          V(hw_power_brake_slowdown)), persistence_mode (bool), recovery_action (V(none), V(gpu_reset),
+          V(node_reboot), V(drain_p2p), V(drain_and_reset), ...), processes (list of {pid, name, used_memory_mib};
+          null when not queried or unreadable).
+      type: list
+      elements: dict
+      sample:
+        - index: 0
+          pci: "0000:18:00"
+          name: NVIDIA H100 80GB HBM3
+          temperature_c: 58
+          pcie_gen_current: 5
+          pcie_width_current: 16
+          pcie_replays: 0
+          remapped_rows_pending: false
+          throttle_reasons: []
+          processes: [{pid: 48213, name: /opt/conda/bin/python3.11, used_memory_mib: 59012}]
+    gpufleet_driver_version:
+      description: NVIDIA driver version, null when nvidia-smi could not report it.
+      type: str
+      sample: "570.133.20"
+    gpufleet_gpu_count:
+      description: Number of readable GPUs (lost GPUs are in gpufleet_gpu_problems instead).
+      type: int
+      sample: 8
+    gpufleet_gpu_problems:
+      description:
+        - What could not be read. kind is V(lost) (GPU fell off the bus), V(unreadable_field) (a value read as
+          C([Unknown Error]) or C([Insufficient Permissions])), V(tool_error) (nvidia-smi failed, timed out or printed
+          an error), V(tool_missing) (no nvidia-smi), V(parser_error). message is the raw line where there is one.
+      type: list
+      elements: dict
+      sample:
+        - kind: lost
+          pci: "0000:c1:00"
+          message: "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover this GPU"
+nvidia_smi:
+  description: Evidence of how the facts were read.
+  returned: always
+  type: dict
+  contains:
+    calls:
+      description: Each nvidia-smi invocation (argv, rc, timed_out, duration_s, error).
+      type: list
+      elements: dict
+    rejected_fields:
+      description: Query fields this driver rejected (older or newer driver than the newest names).
+      type: list
+      elements: str
+    unsupported_keys:
+      description: gpufleet_gpus keys the CSV interface of this driver cannot provide (filled from C(-q) when it can).
+      type: list
+      elements: str
+    unparsed:
+      description: Lines no parser could read, per call (count and up to 5 samples).
+      type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import (
+    COMPUTE_APPS_FIELDS,
+    parse_compute_apps,
+    parse_q,
+    parse_tool_messages,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
+    FACTS_SPEC,
+    QueryGpu,
+    gpu_problem,
+    public_problems,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
+
+GPU_KEYS = (
+    "index", "pci", "uuid", "serial", "name", "driver_version", "vbios", "temperature_c", "power_w", "power_limit_w",
+    "memory_used_mib", "memory_total_mib", "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max",
+    "pcie_replays", "ecc_mode", "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+    "ecc_aggregate_uncorrected", "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
+    "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
+    "throttle_reasons", "persistence_mode", "recovery_action", "processes",
+)
+MISSING_MESSAGE = "install the NVIDIA driver (nvidia-smi not found on PATH)"
+
+
+def _facts(gpus, driver_version, problems):
+    return {
+        "gpufleet_gpus": gpus,
+        "gpufleet_driver_version": driver_version,
+        "gpufleet_gpu_count": len(gpus),
+        "gpufleet_gpu_problems": problems,
+    }
+
+
+def _processes(executable, timeout, gpus, calls, problems, unparsed):
+    argv = [executable, "--query-compute-apps=" + ",".join(COMPUTE_APPS_FIELDS), "--format=csv,nounits"]
+    result = run_tool(argv, timeout)
+    calls.append(result.as_dict())
+    if result.error is not None or result.timed_out:
+        problems.append(gpu_problem("tool_error", "nvidia-smi --query-compute-apps %s"
+                                    % (result.error or "timed out after %ss" % timeout)))
+        return
+    parsed = parse_compute_apps(result.stdout, COMPUTE_APPS_FIELDS)
+    problems.extend(public_problems(parsed["problems"] + parse_tool_messages(result.stderr)["problems"]))
+    unparsed["compute_apps"] = parsed["unparsed"]
+    if result.rc != 0 and not parsed["processes"] and not parsed["problems"]:
+        problems.append(gpu_problem("tool_error", "nvidia-smi --query-compute-apps exited %s: %s"
+                                    % (result.rc, (result.stderr or result.stdout).strip()[:300])))
+        return
+    by_pci = {}
+    by_uuid = {}
+    for proc in parsed["processes"]:
+        entry = {"pid": proc["pid"], "name": proc["name"], "used_memory_mib": proc["used_memory_mib"]}
+        if proc["pci"]:
+            by_pci.setdefault(proc["pci"], []).append(entry)
+        elif proc["gpu_uuid"]:
+            by_uuid.setdefault(proc["gpu_uuid"], []).append(entry)
+    for gpu in gpus:
+        gpu["processes"] = by_pci.get(gpu["pci"], []) + by_uuid.get(gpu["uuid"], [])
+
+
+def _fill_from_q(executable, timeout, gpus, calls, problems, unparsed):
+    """pcie_replays, and any value the csv left null (field rejected by this driver), from the -q block of the same
+    GPU (matched by bus id). Returns the driver version -q reports."""
+    result = run_tool([executable, "-q"], timeout)
+    calls.append(result.as_dict())
+    if result.error is not None or result.timed_out:
+        problems.append(gpu_problem("tool_error", "nvidia-smi -q %s" % (result.error or "timed out after %ss" % timeout)))
+        return None
+    parsed = parse_q(result.stdout)
+    problems.extend(public_problems(parsed["problems"] + parse_tool_messages(result.stderr)["problems"]))
+    unparsed["q"] = parsed["unparsed"]
+    blocks = dict((block["pci"], block) for block in parsed["gpus"] if block["pci"])
+    for gpu in gpus:
+        block = blocks.get(gpu["pci"])
+        if block is None:
+            continue
+        for key in GPU_KEYS:
+            if gpu.get(key) is None and block.get(key) is not None:
+                gpu[key] = block[key]
+    return parsed["driver_version"]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            executable=dict(type="str"),
+            timeout=dict(type="int", default=60),
+            include_processes=dict(type="bool", default=True),
+            include_q=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["timeout"] <= 0:
+        module.fail_json(msg="timeout must be a positive number of seconds, got %s" % params["timeout"])
+    executable = find_tool(module, "nvidia-smi", params["executable"])
+    evidence = {"calls": [], "rejected_fields": [], "unsupported_keys": [], "unparsed": {}}
+    if executable is None:
+        message = MISSING_MESSAGE
+        if params["executable"]:
+            message = "install the NVIDIA driver (nvidia-smi not found at %s)" % params["executable"]
+        module.exit_json(changed=False, ansible_facts=_facts([], None, [gpu_problem("tool_missing", message)]),
+                         nvidia_smi=evidence)
+
+    query = QueryGpu(executable, FACTS_SPEC, params["timeout"])
+    answer = query.run()
+    evidence["calls"] = query.calls
+    evidence["rejected_fields"] = list(query.rejected)
+    evidence["unsupported_keys"] = query.unsupported_keys()
+    evidence["unparsed"]["query_gpu"] = answer["unparsed"]
+    problems = public_problems(answer["problems"])
+    gpus = []
+    for row in answer["gpus"]:
+        gpu = dict((key, row.get(key)) for key in GPU_KEYS)
+        gpu["processes"] = None
+        gpus.append(gpu)
+
+    driver_version = next((g["driver_version"] for g in gpus if g["driver_version"]), None)
+    # No readable GPU: the other calls would only repeat the same error.
+    if gpus and params["include_processes"]:
+        _processes(executable, params["timeout"], gpus, evidence["calls"], problems, evidence["unparsed"])
+    if gpus and params["include_q"]:
+        q_driver = _fill_from_q(executable, params["timeout"], gpus, evidence["calls"], problems, evidence["unparsed"])
+        driver_version = driver_version or q_driver
+    module.exit_json(changed=False, ansible_facts=_facts(gpus, driver_version, public_problems(problems)),
+                     nvidia_smi=evidence)
+
+
+if __name__ == "__main__":
+    main()
