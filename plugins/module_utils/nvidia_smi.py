@@ -375,8 +375,8 @@ def _parse_query_gpu(text, fields):
     for line, cells in rows:
         values = {}
         status = {}
-        for name, cell in zip(fields, cells):
-            values[name], status[name] = convert_value(cell, FIELD_KINDS.get(name))
+        for i, name in enumerate(fields):
+            values[name], status[name] = convert_value(cells[i], FIELD_KINDS.get(name))
         pci = values.get("pci.bus_id") or values.get("gpu_bus_id")
         if "lost" in status.values():
             problems.append(_problem("lost", "nvidia-smi reports the GPU as lost: " + line.strip(), line, pci=pci))
@@ -410,7 +410,7 @@ def _parse_compute_apps(text, fields):
     for line, cells in rows:
         if line.strip().lower().startswith("no running processes"):
             continue
-        cell = dict(zip(fields, cells))
+        cell = dict((name, cells[i]) for i, name in enumerate(fields))
         pid, pid_status = convert_value(cell.get("pid"), _INT)
         if pid is None:
             _note_unparsed(unparsed, line)

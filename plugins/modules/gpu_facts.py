@@ -142,7 +142,6 @@ nvidia_smi:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import (
     COMPUTE_APPS_FIELDS,
     parse_compute_apps,
