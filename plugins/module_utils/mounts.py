@@ -5,7 +5,7 @@
 The current state of a checkpoint filesystem (read-only after an NVMe error) is judged from /proc/mounts or
 `findmnt -J`, never from old kernel log lines (signals.md section 7). Traps handled here:
 - /proc/mounts escapes space, tab, newline and backslash in paths as octal (`\\040`, `\\011`, `\\012`, `\\134`).
-- Mounts stack: a later mount on the same target hides the earlier one, so the LAST matching entry wins.
+- Mounts stack: a later mount on T hides earlier mounts on T and below it (their subtree is covered).
 - Longest prefix must respect path components: /data2 is not under /data.
 - findmnt shows bind mounts as `/dev/sda1[/subdir]`; /proc/mounts shows only `/dev/sda1`.
 """
@@ -124,17 +124,29 @@ def _is_under(path, target):
     return path == target or path.startswith(target.rstrip("/") + "/")
 
 
+def visible_mounts(mounts):
+    """Mounts still visible, in order: a later mount on T hides every earlier mount on T or below T."""
+    visible = []
+    for entry in mounts or []:
+        target = entry.get("target")
+        if not isinstance(target, str):
+            continue
+        visible = [e for e in visible if not _is_under(e["target"], target)]
+        visible.append(entry)
+    return visible
+
+
 def find_mount(mounts, path):
     """The mount entry that holds `path` (an absolute, already resolved path), or None.
 
-    Longest target that is a path-component prefix; among equal targets the last one (stacked mount) wins.
+    Among visible mounts (stacking resolved), the longest target that is a path-component prefix of path.
     """
     best = None
-    for entry in mounts or []:
-        target = entry.get("target")
-        if not isinstance(target, str) or not _is_under(path, target):
+    for entry in visible_mounts(mounts):
+        target = entry["target"]
+        if not _is_under(path, target):
             continue
-        if best is None or len(target.rstrip("/")) >= len(best["target"].rstrip("/")):
+        if best is None or len(target.rstrip("/")) > len(best["target"].rstrip("/")):
             best = entry
     return best
 

@@ -36,6 +36,7 @@ _PLAIN_RANK = re.compile(r"\[Rank (?P<rank>\d+)\]")
 _LOCAL_PREFIX = re.compile(r"\[(?P<role>[A-Za-z_][\w-]*?)(?P<local>\d+)\]:")
 
 _TIMEOUT = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<body>.*?)\) ran for (?P<ran>\d+) milli")
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation")
 _SEQ = re.compile(r"SeqNum=(\d+)")
 _OPTYPE = re.compile(r"OpType=([A-Za-z_0-9]+)")
 _NUMEL_IN = re.compile(r"NumelIn=(\d+)")
@@ -129,6 +130,7 @@ def _empty():
         "oom": [],
         "exceptions": [],
         "ranks_reporting": [],
+        "root_cause": None,
         "lines_read": 0,
         "evidence": [],
         "unparsed": {"count": 0, "samples": []},
@@ -279,12 +281,26 @@ def parse_torch_log(text, world_size=None):
                 "numel_out": int(nout.group(1)) if nout else None,
                 "timeout_ms": int(tmo.group(1)) if tmo else None,
                 "ran_for_ms": int(match.group("ran")),
+                "backend": "nccl",
                 "line": stripped[:500],
             })
             if who["rank"] is not None:
                 reporting.add(who["rank"])
             _add_evidence(result, line)
             continue
+
+        match = _GLOO_TIMEOUT.search(line)
+        if match:
+            # gloo has no watchdog: the waiting rank's collective raises instead. Same meaning for the culprit hunt.
+            result["timeouts"].append({
+                "rank": who["rank"], "pg": who["pg"], "seq": None, "op_type": match.group("op").upper(),
+                "numel_in": None, "numel_out": None, "timeout_ms": int(match.group("ms")), "ran_for_ms": None,
+                "backend": "gloo", "line": stripped[:500],
+            })
+            if who["rank"] is not None:
+                reporting.add(who["rank"])
+            _add_evidence(result, line)
+            # no continue: the same line is that rank's exception (RuntimeError: ... Timed out waiting ...)
 
         match = _PG_STATUS.search(line)
         if match:
@@ -339,7 +355,30 @@ def parse_torch_log(text, world_size=None):
 
     result["ranks_reporting"] = sorted(reporting)
     _find_culprit(result, world_size)
+    result["root_cause"] = _root_cause(result)
     return result
+
+
+def _root_cause(result):
+    """The first failure as the elastic agent saw it, joined with that rank's exception (if it printed one).
+
+    This is the rank that DIED first, not necessarily the culprit of a hang (see culprit).
+    """
+    rc = result["elastic_summary"]["root_cause"]
+    if rc is None and result["agent_failures"]:
+        first = result["agent_failures"][0]
+        rc = {"rank": None, "local_rank": first["local_rank"], "exitcode": first["exitcode"],
+              "signal": first["signal"]}
+    if rc is None:
+        return None
+    rank = rc.get("rank") if rc.get("rank") is not None else rc.get("local_rank")
+    exception = None
+    for exc in result["exceptions"]:
+        if exc["rank"] == rank:
+            exception = exc  # the last exception a rank printed is the one that killed it
+    return {"rank": rank, "local_rank": rc.get("local_rank"), "exitcode": rc.get("exitcode"),
+            "signal": rc.get("signal"),
+            "exception": {"type": exception["type"], "message": exception["message"]} if exception else None}
 
 
 def _find_culprit(result, world_size):
@@ -386,7 +425,7 @@ def _find_culprit(result, world_size):
     if best is None and result["silent_ranks"] and result["ranks_reporting"]:
         rank = result["silent_ranks"][0]
         best = {"rank": rank, "pg": None, "last_completed": None, "last_enqueued": None, "line": None,
-                "reason": "rank %d printed no watchdog line while ranks %s timed out: it never reached the collective"
+                "reason": "rank %d reported no timeout while rank(s) %s timed out waiting: it never reached the collective"
                           % (rank, ",".join(str(r) for r in result["ranks_reporting"]))}
     if best is None:
         # Old logs (<= 2.3) have no PG status: a rank that timed out on an EARLIER sequence is behind the others.
