@@ -1,0 +1,285 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_sample
+short_description: Sample GPU temperature, power, PCIe link and throttling with nvidia-smi while a load runs
+description:
+  - Runs C(nvidia-smi --query-gpu) every O(interval) seconds for O(duration) seconds and returns every sample plus a
+    per-GPU summary. Meant to run with C(async) next to a burn-in or NCCL test, because the PCIe link drops its
+    generation at idle and throttling only shows under load.
+  - The minimum PCIe generation and width are taken only from samples where the GPU's utilisation was at least
+    O(load_threshold_pct), so an idle link at gen 1 is not mistaken for a degraded riser.
+  - Stops early and returns what it has when the GPUs become unreadable (a lost GPU, nvidia-smi failing or hanging);
+    the reason is in RV(stop_reason) and RV(problems).
+  - Read-only; runs in check mode. Judgement (what temperature or link is acceptable) is left to the rules layer.
+version_added: "0.1.0"
+author:
+  - kentino.gpufleet contributors
+options:
+  executable:
+    description:
+      - Path or name of the nvidia-smi binary. Default is C(nvidia-smi) found on C(PATH).
+    type: str
+  timeout:
+    description:
+      - Seconds one nvidia-smi call may run before it is killed; a call that times out ends the sampling.
+    type: int
+    default: 30
+  duration:
+    description:
+      - Seconds to sample for (at least one sample is always taken).
+    type: float
+    default: 60
+  interval:
+    description:
+      - Seconds between the starts of two samples.
+    type: float
+    default: 5
+  temperature_threshold_c:
+    description:
+      - Temperature above which time is counted in RV(per_gpu[].seconds_above_threshold_s).
+    type: int
+    default: 85
+  load_threshold_pct:
+    description:
+      - GPU utilisation (percent) from which a sample counts as under load for the PCIe minimums.
+    type: int
+    default: 50
+seealso:
+  - module: kentino.gpufleet.gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Sample the GPUs while gpu_burn runs
+  kentino.gpufleet.gpu_sample:
+    duration: 600
+    interval: 5
+  async: 700
+  poll: 0
+  register: __gpufleet_sampler
+
+- name: Burn
+  kentino.gpufleet.gpu_burn:
+    duration: 600
+  register: gpufleet_result_gpu_burn
+
+- name: Collect the samples
+  ansible.builtin.async_status:
+    jid: "{{ __gpufleet_sampler.ansible_job_id }}"
+  register: gpufleet_result_samples
+  until: gpufleet_result_samples.finished
+  retries: 30
+  delay: 10
+
+- name: Short sample with a stricter thermal threshold
+  kentino.gpufleet.gpu_sample:
+    duration: 30
+    interval: 1
+    temperature_threshold_c: 83
+    load_threshold_pct: 80
+"""
+
+RETURN = r"""
+samples:
+  description:
+    - One entry per sample; t_s is seconds since the first sample. Each GPU has index, pci, temperature_c, power_w,
+      pcie_gen_current, pcie_width_current, utilization_gpu_pct, throttle_reasons (list), memory_used_mib (null
+      when not reported).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - t_s: 0.0
+      gpus:
+        - {index: 0, pci: "0000:18:00", temperature_c: 71, power_w: 651.0, pcie_gen_current: 5,
+           pcie_width_current: 16, utilization_gpu_pct: 100, throttle_reasons: [], memory_used_mib: 70001}
+per_gpu:
+  description:
+    - Summary per GPU over all samples.
+    - max_temperature_c, max_power_w; seconds_above_threshold_s (time above temperature_threshold_c, which is echoed);
+      min_pcie_gen_under_load and min_pcie_width_under_load (null when no sample reached load_threshold_pct);
+      loaded_samples; throttle_reasons_seen (sorted union, without gpu_idle); samples (how many samples read the GPU).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {index: 2, pci: "0000:3a:00", max_temperature_c: 79, seconds_above_threshold_s: 0.0, temperature_threshold_c: 85,
+       min_pcie_gen_under_load: 3, min_pcie_width_under_load: 16, loaded_samples: 11,
+       throttle_reasons_seen: [], samples: 12, max_power_w: 655.0}
+problems:
+  description: What could not be read, as in gpu_facts (kind lost, unreadable_field, tool_error, tool_missing; pci; raw message).
+  returned: always
+  type: list
+  elements: dict
+stopped_early:
+  description: True when sampling ended before O(duration) because the GPUs became unreadable.
+  returned: always
+  type: bool
+stop_reason:
+  description: Why sampling stopped early, naming the GPU where known; null otherwise.
+  returned: always
+  type: str
+duration_s:
+  description: Seconds actually spent sampling.
+  returned: always
+  type: float
+interval_s:
+  description: The interval used.
+  returned: always
+  type: float
+nvidia_smi:
+  description: Evidence; call_count, rejected_fields, and the tool dicts of the field-resolution and failing calls.
+  returned: always
+  type: dict
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
+    SAMPLE_SPEC,
+    QueryGpu,
+    gpu_problem,
+    public_problems,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool
+
+SAMPLE_KEYS = [key for key, _candidates in SAMPLE_SPEC]
+MAX_EVIDENCE_CALLS = 20
+
+
+def _gpu_key(gpu):
+    return gpu.get("pci") or "index:%s" % gpu.get("index")
+
+
+def summarize(samples, interval, temperature_threshold_c, load_threshold_pct):
+    """Per-GPU summary of the samples (pure: unit-tested directly)."""
+    summary = {}
+    order = []
+    for i, sample in enumerate(samples):
+        # Each sample stands for the time until the next one; the last for one interval.
+        span = (samples[i + 1]["t_s"] - sample["t_s"]) if i + 1 < len(samples) else interval
+        for gpu in sample["gpus"]:
+            key = _gpu_key(gpu)
+            if key not in summary:
+                order.append(key)
+                summary[key] = {"index": gpu.get("index"), "pci": gpu.get("pci"), "max_temperature_c": None,
+                                "max_power_w": None, "seconds_above_threshold_s": 0.0,
+                                "temperature_threshold_c": temperature_threshold_c, "min_pcie_gen_under_load": None,
+                                "min_pcie_width_under_load": None, "loaded_samples": 0, "throttle_reasons_seen": [],
+                                "samples": 0}
+            entry = summary[key]
+            entry["samples"] += 1
+            temp = gpu.get("temperature_c")
+            if temp is not None:
+                entry["max_temperature_c"] = temp if entry["max_temperature_c"] is None else max(entry["max_temperature_c"], temp)
+                if temp > temperature_threshold_c:
+                    entry["seconds_above_threshold_s"] = round(entry["seconds_above_threshold_s"] + span, 3)
+            power = gpu.get("power_w")
+            if power is not None:
+                entry["max_power_w"] = power if entry["max_power_w"] is None else max(entry["max_power_w"], power)
+            util = gpu.get("utilization_gpu_pct")
+            if util is not None and util >= load_threshold_pct:
+                entry["loaded_samples"] += 1
+                for field, out in (("pcie_gen_current", "min_pcie_gen_under_load"),
+                                   ("pcie_width_current", "min_pcie_width_under_load")):
+                    value = gpu.get(field)
+                    if value is not None:
+                        entry[out] = value if entry[out] is None else min(entry[out], value)
+            for reason in gpu.get("throttle_reasons") or []:
+                if reason != "gpu_idle" and reason not in entry["throttle_reasons_seen"]:
+                    entry["throttle_reasons_seen"].append(reason)
+    for entry in summary.values():
+        entry["throttle_reasons_seen"].sort()
+    return [summary[key] for key in order]
+
+
+def _stop_reason(answer, first_count):
+    """Why this sample ends the run, or None while the GPUs are still readable."""
+    lost = [p for p in answer["problems"] if p["kind"] == "lost"]
+    if lost:
+        return "GPU %s became unreadable (lost): %s" % (", ".join(str(p["pci"]) for p in lost), lost[0]["message"])
+    errors = [p for p in answer["problems"] if p["kind"] == "tool_error"]
+    if errors:
+        return "nvidia-smi failed: %s" % errors[0]["message"]
+    if not answer["gpus"]:
+        return "nvidia-smi returned no GPU rows"
+    if first_count is not None and len(answer["gpus"]) < first_count:
+        return "only %d of %d GPUs answered" % (len(answer["gpus"]), first_count)
+    return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            executable=dict(type="str"),
+            timeout=dict(type="int", default=30),
+            duration=dict(type="float", default=60),
+            interval=dict(type="float", default=5),
+            temperature_threshold_c=dict(type="int", default=85),
+            load_threshold_pct=dict(type="int", default=50),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    for name in ("timeout", "duration", "interval"):
+        if p[name] <= 0:
+            module.fail_json(msg="%s must be a positive number of seconds, got %s" % (name, p[name]))
+    result = {"changed": False, "samples": [], "per_gpu": [], "problems": [], "stopped_early": False,
+              "stop_reason": None, "duration_s": 0.0, "interval_s": p["interval"],
+              "nvidia_smi": {"call_count": 0, "rejected_fields": [], "calls": []}}
+    executable = find_tool(module, "nvidia-smi", p["executable"])
+    if executable is None:
+        result["problems"].append(gpu_problem("tool_missing", "install the NVIDIA driver (nvidia-smi not found %s)"
+                                              % ("at " + p["executable"] if p["executable"] else "on PATH")))
+        result["stopped_early"] = True
+        result["stop_reason"] = "nvidia-smi not found"
+        module.exit_json(**result)
+
+    query = QueryGpu(executable, SAMPLE_SPEC, p["timeout"])
+    problems = []
+    first_count = None
+    started = time.monotonic()
+    tick = 0
+    seen_calls = 0
+    while tick == 0 or tick * p["interval"] < p["duration"]:
+        delay = started + tick * p["interval"] - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        t_s = round(time.monotonic() - started, 3)
+        answer = query.run()
+        # Keep the evidence of resolution and failures, not of every routine sample.
+        new_calls = query.calls[seen_calls:]
+        seen_calls = len(query.calls)
+        if tick == 0 or answer["problems"]:
+            room = MAX_EVIDENCE_CALLS - len(result["nvidia_smi"]["calls"])
+            result["nvidia_smi"]["calls"].extend(new_calls[:max(room, 0)])
+        problems.extend(answer["problems"])
+        if answer["gpus"]:
+            gpus = [dict((key, row.get(key)) for key in SAMPLE_KEYS) for row in answer["gpus"]]
+            result["samples"].append({"t_s": t_s, "gpus": gpus})
+        reason = _stop_reason(answer, first_count)
+        if reason is not None:
+            result["stopped_early"] = True
+            result["stop_reason"] = reason
+            break
+        if first_count is None:
+            first_count = len(answer["gpus"])
+        tick += 1
+    result["duration_s"] = round(time.monotonic() - started, 3)
+    result["problems"] = public_problems(problems)
+    result["per_gpu"] = summarize(result["samples"], p["interval"], p["temperature_threshold_c"], p["load_threshold_pct"])
+    result["nvidia_smi"]["call_count"] = len(query.calls)
+    result["nvidia_smi"]["rejected_fields"] = list(query.rejected)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
