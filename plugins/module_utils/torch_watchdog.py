@@ -265,7 +265,16 @@ def parse_torch_log(text, world_size=None):
 
         who = line_rank(line)
 
+        match = _WHAT.search(line)
+        if match and result["terminate"] and result["terminate"][-1]["what"] is None:
+            result["terminate"][-1]["what"] = match.group("what").strip()[:500]
+            _add_evidence(result, line)
+            continue
+
         match = _TIMEOUT.search(line)
+        if match and "terminated with exception" in line:
+            _add_evidence(result, line)  # the watchdog thread re-stating a timeout already recorded
+            continue
         if match:
             body = match.group("body")
             seq = _SEQ.search(body)
@@ -323,12 +332,6 @@ def parse_torch_log(text, world_size=None):
                                         "line": stripped[:500]})
             _add_evidence(result, line)
             continue
-        match = _WHAT.search(line)
-        if match and result["terminate"] and result["terminate"][-1]["what"] is None:
-            result["terminate"][-1]["what"] = match.group("what").strip()[:500]
-            _add_evidence(result, line)
-            continue
-
         match = _AGENT_FAILED.search(line)
         if match:
             exitcode = int(match.group("exit"))

@@ -1,0 +1,145 @@
+"""PyTorch watchdog / elastic / OOM parser against logs of several PyTorch versions, plus fuzzing."""
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import line_rank, parse_torch_log
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "torch"
+
+
+def parse(name, world_size=None):
+    return parse_torch_log((FIX / name).read_text(), world_size=world_size)
+
+
+def test_torch21_old_prefix_culprit_from_earlier_seq():
+    r = parse("watchdog_torch21.log", world_size=4)
+    assert [t["rank"] for t in r["timeouts"]] == [0, 1, 3, 2]
+    first = r["timeouts"][0]
+    assert first["seq"] == 96120 and first["op_type"] == "ALLREDUCE" and first["timeout_ms"] == 1800000
+    assert first["numel_in"] is None and first["ran_for_ms"] == 1800424
+    assert r["pg_status"] == []
+    assert r["culprit_rank"] == 2 and "96119" in r["culprit"]["reason"]
+    assert r["terminate"][0]["exception"] == "std::runtime_error"
+    assert r["terminate"][0]["what"].startswith("[Rank 2] Watchdog caught")
+    assert r["agent_failures"] == [{"local_rank": 2, "pid": 7014, "exitcode": -6, "signal": 6,
+                                    "line": r["agent_failures"][0]["line"]}]
+    assert r["root_cause"]["exitcode"] == -6
+
+
+def test_torch24_pg_status_culprit_never_enqueued():
+    r = parse("watchdog_torch24.log", world_size=4)
+    assert sorted({t["rank"] for t in r["timeouts"]}) == [0, 1, 2, 3]
+    assert r["timeouts"][0]["numel_in"] == 544997376 and r["timeouts"][0]["op_type"] == "_REDUCE_SCATTER_BASE"
+    statuses = {(s["rank"], s["failed_seq"]) for s in r["pg_status"]}
+    assert (3, 7751) in statuses and (0, 7753) in statuses
+    assert all(s["pg"] == 1 for s in r["pg_status"])
+    assert r["culprit_rank"] == 3
+    assert r["culprit"]["last_enqueued"] == 7751 and "never enqueued work 7753" in r["culprit"]["reason"]
+    assert r["silent_ranks"] == []
+    assert r["terminate"][0]["exception"] == "c10::DistBackendError"
+    root = r["elastic_summary"]["root_cause"]
+    assert root["rank"] == 1 and root["exitcode"] == -6 and root["signal"] == 6 and root["pid"] == 140215
+    assert r["elastic_summary"]["failures"] == []  # <NO_OTHER_FAILURES>
+    # The reporting rank (root cause) is not the culprit: that is the whole point.
+    assert r["root_cause"]["rank"] == 1 and r["culprit_rank"] != r["root_cause"]["rank"]
+    assert any("exitcode  : -6" in e for e in r["evidence"])
+
+
+def test_torch27_silent_rank_is_the_culprit():
+    r = parse("watchdog_torch27_silent_rank.log", world_size=4)
+    assert r["ranks_reporting"] == [0, 1, 2]
+    assert r["silent_ranks"] == [3]
+    assert r["culprit_rank"] == 3 and "reported no timeout" in r["culprit"]["reason"]
+    s = [x for x in r["pg_status"] if x["rank"] == 1][0]
+    assert (s["pg"], s["pg_desc"], s["failed_seq"], s["last_enqueued"], s["last_completed"]) == \
+        (0, "default_pg", 78, 79, 77)
+    assert [f["rank"] for f in r["elastic_summary"]["failures"]] == [1, 2, 3]
+    assert r["elastic_summary"]["failures"][2]["signal"] == 15
+    # Without the world size nobody can know rank 3 exists: no culprit is invented.
+    assert parse("watchdog_torch27_silent_rank.log")["culprit_rank"] is None
+
+
+def test_torch27_ray_prefix_lowest_completed():
+    r = parse("watchdog_torch27_ray_prefix.log", world_size=2)
+    assert r["culprit_rank"] == 0
+    assert r["culprit"]["last_completed"] == 2633
+    assert len(r["terminate"]) == 1
+
+
+def test_real_torch213_exception_on_rank1():
+    r = parse("torch213_gloo_exception_rank1.log", world_size=2)
+    assert r["root_cause"] == {"rank": 1, "local_rank": 1, "exitcode": 1, "signal": None,
+                               "exception": {"type": "RuntimeError", "message": "dry-run test failure on rank 1"}}
+    fail = r["elastic_summary"]["failures"][0]
+    assert fail["rank"] == 0 and fail["exitcode"] == -15 and fail["signal"] == 15
+    assert r["timeouts"] == [] and r["culprit_rank"] is None
+    assert r["unparsed"]["count"] == 0
+
+
+def test_real_torch213_gloo_timeout_points_at_the_stuck_rank():
+    r = parse("torch213_gloo_timeout_rank1_stuck.log", world_size=2)
+    assert r["timeouts"][0]["backend"] == "gloo" and r["timeouts"][0]["timeout_ms"] == 3000
+    assert r["root_cause"]["rank"] == 0  # the agent blames the rank that noticed
+    assert r["culprit_rank"] == 1  # the rank that never arrived
+    assert r["root_cause"]["exception"]["type"] == "RuntimeError"
+
+
+def test_oom_new_wording_with_neighbour():
+    r = parse("oom_torch25_neighbour.log")
+    oom = r["oom"][0]
+    assert oom["rank"] == 3 and oom["gpu"] == 3
+    assert oom["tried_to_allocate_mib"] == 2048.0
+    assert oom["total_capacity_mib"] == round(31.36 * 1024, 2) and oom["free_mib"] == round(1.06 * 1024, 2)
+    assert [p["pid"] for p in oom["processes"]] == [48211, 51877]
+    assert oom["neighbour_suspected"] is True
+
+
+def test_oom_old_wording():
+    oom = parse("oom_torch1x.log")["oom"][0]
+    assert oom["gpu"] == 0 and oom["tried_to_allocate_mib"] == 20.0
+    assert oom["total_capacity_mib"] == round(10.76 * 1024, 2) and oom["free_mib"] == 15.44
+    assert oom["neighbour_suspected"] is False and oom["rank"] is None
+
+
+def test_line_rank_prefixes():
+    assert line_rank("[rank5]:[E1206 ProcessGroupNCCL.cpp:1] [PG 2 Rank 1] x")["rank"] == 5
+    info = line_rank("[PG ID 3 PG GUID 7(tp) Rank 1] x")
+    assert (info["pg"], info["pg_rank"], info["pg_desc"], info["rank"]) == (3, 1, "tp", 1)
+    assert line_rank("[E ProcessGroupNCCL.cpp:458] [Rank 7] x")["rank"] == 7
+    assert line_rank("[default2]:hello")["local_rank"] == 2
+    assert line_rank("plain line")["rank"] is None
+
+
+def test_all_equal_status_without_world_size_has_no_culprit():
+    text = "\n".join("[rank%d]:[PG 0 Rank %d] Exception (either an error or timeout) detected by watchdog at work: 5, "
+                     "last enqueued NCCL work: 5, last completed NCCL work: 4." % (r, r) for r in range(4))
+    r = parse_torch_log(text)
+    assert len(r["pg_status"]) == 4 and r["culprit"] is None
+
+
+def test_non_text_input():
+    assert parse_torch_log(None)["unparsed"]["count"] == 1
+    assert parse_torch_log(b"bytes")["unparsed"]["count"] == 1
+
+
+_fragments = st.sampled_from([
+    "[rank1]:", "[PG 0 Rank 2]", "[Rank 3]", "Watchdog caught collective operation timeout: WorkNCCL(",
+    "SeqNum=5, OpType=ALLREDUCE, Timeout(ms)=600000", ") ran for 600001 milliseconds before timing out.",
+    "last enqueued NCCL work: 9, last completed NCCL work: -1", "failure detected by watchdog at work sequence id: 3",
+    "terminate called after throwing an instance of 'x'", "  what():  y", "Failures:", "Root Cause (first observed failure):",
+    "[0]:", "  rank      : 1 (local_rank: 1)", "  exitcode  : -6 (pid: 5)", "  traceback : Signal 6 (SIGABRT)",
+    "=====", "-----", "CUDA out of memory. Tried to allocate 2.00 GiB", "Process 1 has 3 GiB memory in use",
+    "RuntimeError: boom", "Timed out waiting 5ms for recv operation", "\n", " ", "\r",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_fragments | st.text(max_size=30), max_size=40), st.integers(min_value=-3, max_value=64) | st.none())
+def test_fuzz_never_raises(parts, world_size):
+    r = parse_torch_log("".join(parts), world_size=world_size)
+    assert r["lines_read"] >= 0
+    if r["culprit"] is not None:
+        assert isinstance(r["culprit"]["rank"], int)
