@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""report.html from report.json: ONE self-contained file (inline CSS, inline SVG, a few lines of inline script;
+no external assets), rendered with Jinja2 from templates/report.html.j2 with autoescaping on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, render_svg
+
+TEMPLATES = Path(__file__).with_name("templates")
+VERDICT_ORDER = ("pass", "warn", "error", "fail", "unreachable")
+
+
+def _environment():
+    import jinja2  # controller only
+    from markupsafe import Markup  # Jinja2's own dependency
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = _fmt
+    return env, Markup
+
+
+def _fmt(value, digits=1):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return ("%." + str(digits) + "f") % value if not value.is_integer() else "%d" % value
+    return str(value)
+
+
+def _node_charts(node, markup):
+    series = node.get("series") or {}
+    labels = {str(g["index"]): "GPU %s" % g["index"] for g in node["gpus"]}
+    charts = {}
+    temps = series.get("temperature_c") or {}
+    limit = series.get("temperature_limit_c")
+    charts["temperature"] = markup(render_svg.line_chart(
+        temps, "Temperature under load", "°C", "s", threshold=limit,
+        threshold_label="limit %s °C" % _fmt(limit) if limit is not None else None, labels=labels))
+    gflops = series.get("gflops") or {}
+    if gflops:
+        charts["throughput"] = markup(render_svg.line_chart(gflops, "gpu-burn throughput", "Gflop/s", "% of burn",
+                                                            labels=labels))
+    else:
+        rows = [{"label": "GPU %s" % g["index"], "value": g["metrics"].get("burn_gflops"), "verdict": g["verdict"],
+                 "note": "mean %s Gflop/s, max %s" % (_fmt(g["metrics"].get("burn_gflops")),
+                                                       _fmt(g["metrics"].get("burn_gflops_max")))}
+                for g in node["gpus"] if g["metrics"].get("burn_gflops") is not None]
+        charts["throughput"] = markup(render_svg.hbar_chart(rows, "gpu-burn throughput per GPU (mean)", "Gflop/s"))
+    return charts
+
+
+def _busbw_rows(nodes):
+    rows = []
+    for node in nodes:
+        check = (node.get("checks") or {}).get("nccl_test")
+        if not check:
+            continue
+        fig = check.get("figures") or {}
+        rows.append({"label": node["host"], "value": fig.get("busbw_gbps"), "threshold": fig.get("min_busbw_gbps"),
+                     "verdict": check["verdict"], "note": str(fig.get("threshold_source") or "")})
+    return rows
+
+
+def render(report):
+    env, markup = _environment()
+    nodes = report["nodes"]
+    context = {
+        "report": report,
+        "summary": report["summary"],
+        "verdict_order": VERDICT_ORDER,
+        "colors": render_svg.VERDICT_COLORS,
+        "stack": markup(render_svg.stacked_bar(report["summary"]["verdicts"], VERDICT_ORDER)),
+        "gpu_stack": markup(render_svg.stacked_bar(report["summary"]["gpu_verdicts"], VERDICT_ORDER)),
+        "busbw": markup(render_svg.hbar_chart(_busbw_rows(nodes), "NCCL all_reduce bus bandwidth vs threshold",
+                                              "GB/s")),
+        "busbw_rows": _busbw_rows(nodes),
+        "timeline": markup(render_svg.xid_timeline(nodes)),
+        "charts": {n["host"]: _node_charts(n, markup) for n in nodes},
+        "summary_md": render_md.summary_table(report),
+    }
+    return env.get_template("report.html.j2").render(**context)
