@@ -34,8 +34,14 @@ _SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) ")
 _HOST_KERNEL_RE = re.compile(r"^\S+ kernel: ")
 
 
+_LOCAL_TZ = []
+
+
 def _local_tz():
-    return datetime.datetime.now().astimezone().tzinfo
+    """The node's local timezone (looked up once: it costs more than parsing a line)."""
+    if not _LOCAL_TZ:
+        _LOCAL_TZ.append(datetime.datetime.now().astimezone().tzinfo)
+    return _LOCAL_TZ[0]
 
 
 def _iso(dt):
@@ -72,10 +78,11 @@ class Prefix:
         self.message = message
 
 
-def split_prefix(line, reference=None):
+def split_prefix(line, reference=None, want_time=True):
     """Strip a dmesg/syslog prefix from one line (str). Returns a Prefix; unknown prefixes leave the line untouched.
 
     reference: datetime used to guess the year of syslog timestamps (default: now).
+    want_time=False skips building the datetime (the costly part) when only the uptime and message are needed.
     """
     text = line.rstrip("\r\n")
     time_ = None
@@ -84,13 +91,15 @@ def split_prefix(line, reference=None):
     try:
         match = _SYSLOG_RE.match(text)
         if match and match.group(1) in _MONTHS:
-            ref = reference or datetime.datetime.now().astimezone()
-            month = _MONTHS[match.group(1)]
-            try:
-                time_ = datetime.datetime(syslog_year(month, ref), month, int(match.group(2)), int(match.group(3)),
-                                          int(match.group(4)), int(match.group(5)), tzinfo=_local_tz())
-            except ValueError:  # Feb 29 guessed into a non-leap year, garbage digits
-                time_ = None
+            if want_time:
+                ref = reference or datetime.datetime.now().astimezone()
+                month = _MONTHS[match.group(1)]
+                try:
+                    time_ = datetime.datetime(syslog_year(month, ref), month, int(match.group(2)),
+                                              int(match.group(3)), int(match.group(4)), int(match.group(5)),
+                                              tzinfo=_local_tz())
+                except ValueError:  # Feb 29 guessed into a non-leap year, garbage digits
+                    time_ = None
             kind = "syslog"
             text = text[match.end():]
             host = _HOST_KERNEL_RE.match(text)
@@ -100,11 +109,10 @@ def split_prefix(line, reference=None):
             match = _ISO_RE.match(text)
             if match:
                 frac = (match.group(7) or "0")[:6].ljust(6, "0")
-                tz = _tz_from(match.group(8)) or _local_tz()
                 try:
                     time_ = datetime.datetime(int(match.group(1)), int(match.group(2)), int(match.group(3)),
                                               int(match.group(4)), int(match.group(5)), int(match.group(6)),
-                                              int(frac), tzinfo=tz)
+                                              int(frac), tzinfo=_tz_from(match.group(8)) or _local_tz())
                 except ValueError:
                     time_ = None
                 text = text[match.end():]
