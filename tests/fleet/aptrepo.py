@@ -1,0 +1,260 @@
+"""The test fleet's local apt repository: stand-in vendor packages, the simulator package, and real Debian packages.
+
+A flat `file://` repository (`deb [trusted=yes] file:/srv/gpufleet-apt ./` on the nodes, bind-mounted read-only), so
+roles install packages with real apt on nodes that have no network:
+
+- stand-in vendor packages under their real names, built with equivs from `tests/fleet/packages/<name>/control`
+  (format: packages/README.md);
+- `gpufleet-sim`, the simulated GPU tools from the repo's `sim/` directory, built with dpkg-deb;
+- real Debian packages (prometheus-node-exporter ...) downloaded on the host together with the dependencies the base
+  lacks, resolved by apt inside a throw-away overlay of the base so versions match what the nodes have.
+
+Built .debs are cached under the fleet cache (keyed by their inputs), so a warm build costs an index run only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = Path(__file__).resolve().parent / "packages"
+DEFAULT_MIRROR = os.environ.get("GPUFLEET_TESTFLEET_MIRROR", "http://deb.debian.org/debian")
+SIM_PACKAGE = "gpufleet-sim"
+SIM_PREFIX = "/usr/lib/gpufleet-sim"
+# Never link a stand-in over a tool the node's own packages ship (dpkg would refuse the file conflict, and the real
+# journalctl/dmesg must keep working on a systemd node): those stand-ins stay in SIM_PREFIX/bin.
+NO_LINK_IF_PRESENT = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+
+
+class AptRepoError(RuntimeError):
+    pass
+
+
+def _run(argv, cwd=None, timeout=600, env=None):
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise AptRepoError("command failed (rc=%s) in %s: %s\n%s" % (proc.returncode, cwd or os.getcwd(),
+                                                                   shlex.join(argv), (proc.stdout + proc.stderr)[-3000:]))
+    return proc
+
+
+def _tree_hash(paths, extra=""):
+    """Content hash of files (names, modes, bytes), ignoring caches, to key built .debs."""
+    h = hashlib.sha256(extra.encode())
+    for root in paths:
+        root = Path(root)
+        if not root.exists():
+            continue
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*")
+                                                     if p.is_file() and "__pycache__" not in p.parts)
+        for f in files:
+            h.update(str(f.relative_to(root.parent)).encode())
+            h.update(str(f.stat().st_mode & 0o111).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cache_dir(cache, kind, key):
+    d = Path(cache) / "debs" / ("%s-%s" % (kind, key))
+    return d
+
+
+def _cached(d):
+    return sorted(d.glob("*.deb")) if (d / ".complete").exists() else None
+
+
+def _finish(tmp, final):
+    (tmp / ".complete").write_text("")
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return sorted(final.glob("*.deb"))
+
+
+# ------------------------------------------------------------------------------------------------------ equivs specs
+
+def spec_names(specs=SPECS):
+    return sorted(p.name for p in Path(specs).iterdir() if (p / "control").is_file()) if Path(specs).is_dir() else []
+
+
+def build_spec(spec_dir, cache):
+    """Build one equivs spec directory into .deb(s); `Files:` paths in the control file are relative to spec_dir."""
+    spec_dir = Path(spec_dir)
+    if not shutil.which("equivs-build"):
+        raise AptRepoError("equivs-build not found: apt-get install equivs")
+    key = _tree_hash([spec_dir])
+    final = _cache_dir(cache, "spec-" + spec_dir.name, key)
+    hit = _cached(final)
+    if hit is not None:
+        return hit
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        work = tmp / "src"
+        shutil.copytree(spec_dir, work)
+        proc = subprocess.run(["equivs-build", "control"], cwd=work, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise AptRepoError("equivs-build of stand-in package spec %s failed (rc=%s): check its control file "
+                               "(format: tests/fleet/packages/README.md)\n%s"
+                               % (spec_dir, proc.returncode, (proc.stdout + proc.stderr)[-3000:]))
+        for deb in work.glob("*.deb"):
+            shutil.move(str(deb), tmp / deb.name)
+        shutil.rmtree(work)
+        if not list(tmp.glob("*.deb")):
+            raise AptRepoError("equivs-build of %s produced no .deb" % spec_dir)
+        return _finish(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -------------------------------------------------------------------------------------------------- simulator package
+
+def build_sim_deb(cache, src=None, base=None, version=None):
+    """Package the simulator: `src` (default <repo>/sim) goes to /usr/lib/gpufleet-sim, executables of src/bin are
+    linked into /usr/bin unless the base already has a tool of that name. Works with whatever `sim/` holds."""
+    src = Path(src or REPO / "sim")
+    if not src.is_dir():
+        raise AptRepoError("no simulator sources at %s (sim/ not written yet?)" % src)
+    key = _tree_hash([src], extra=str(base or ""))
+    final = _cache_dir(cache, SIM_PACKAGE, key)
+    hit = _cached(final)
+    if hit is not None:
+        return hit
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        root = tmp / "root"
+        dest = root / SIM_PREFIX.lstrip("/")
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+        links, skipped = [], []
+        (root / "usr/bin").mkdir(parents=True)
+        for tool in sorted((dest / "bin").glob("*")) if (dest / "bin").is_dir() else []:
+            if not (tool.is_file() and os.access(tool, os.X_OK)):
+                continue
+            if base and any((Path(base) / d.lstrip("/") / tool.name).exists() for d in NO_LINK_IF_PRESENT):
+                skipped.append(tool.name)
+                continue
+            (root / "usr/bin" / tool.name).symlink_to("%s/bin/%s" % (SIM_PREFIX, tool.name))
+            links.append(tool.name)
+        version = version or "0.1.0+%s" % key
+        (root / "DEBIAN").mkdir()
+        (root / "DEBIAN/control").write_text(
+            "Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: kentino.gpufleet <gpufleet@localhost>\n"
+            "Depends: python3\nSection: misc\nPriority: optional\n"
+            "Description: kentino.gpufleet simulated GPU tools (test fleet only)\n"
+            " Stand-ins for nvidia-smi, dcgmi, gpu_burn ... answering from a scenario file.\n"
+            " Linked into /usr/bin: %s. Kept in %s/bin only: %s.\n"
+            % (SIM_PACKAGE, version, ", ".join(links) or "none", SIM_PREFIX, ", ".join(skipped) or "none"))
+        (tmp / "manifest.json").write_text(json.dumps({"links": links, "not_linked": skipped, "version": version}))
+        deb = tmp / ("%s_%s_all.deb" % (SIM_PACKAGE, version))
+        _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
+        shutil.rmtree(root)
+        return _finish(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sim_manifest(debs):
+    """The links/not_linked record written next to a built simulator .deb."""
+    for deb in debs:
+        m = Path(deb).parent / "manifest.json"
+        if deb.name.startswith(SIM_PACKAGE + "_") and m.exists():
+            return json.loads(m.read_text())
+    return {}
+
+
+# ------------------------------------------------------------------------------------------------ real Debian packages
+
+def download_debian(names, base, cache, mirror=None, suite="bookworm", timeout=600):
+    """Download real Debian packages plus the dependencies the base lacks, resolved by apt inside a volatile overlay of
+    the base (host network, nothing written to the base). Needs root, systemd-nspawn and the mirror."""
+    mirror = mirror or DEFAULT_MIRROR
+    names = sorted(set(names))
+    key = hashlib.sha256(json.dumps([names, str(base), mirror, suite]).encode()).hexdigest()[:16]
+    final = _cache_dir(cache, "debian", key)
+    hit = _cached(final)
+    if hit is not None:
+        return hit
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        (tmp / "partial").mkdir()
+        script = (
+            "set -e; rm -f /etc/apt/sources.list.d/gpufleet.list; "
+            "echo 'deb %s %s main' > /etc/apt/sources.list.d/upstream.list; "
+            "apt-get -q -o APT::Sandbox::User=root update >/dev/null; "
+            "apt-get -q -y -o APT::Sandbox::User=root -o Dir::Cache::archives=/gpufleet-debs "
+            "--no-install-recommends --download-only install %s"
+            % (mirror, suite, " ".join(shlex.quote(n) for n in names)))
+        argv = ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--directory=%s" % base,
+                "--volatile=overlay", "--private-users=no", "--resolv-conf=copy-host", "--timezone=off",
+                "--link-journal=no", "--bind=%s:/gpufleet-debs" % tmp, "/bin/sh", "-c", script]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise AptRepoError("downloading Debian packages %s for the test fleet failed (rc=%s): is %s reachable, "
+                               "are the names right?\n%s" % (", ".join(names), proc.returncode, mirror,
+                                                             (proc.stdout + proc.stderr)[-3000:]))
+        shutil.rmtree(tmp / "partial", ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            (tmp / "lock").unlink()
+        return _finish(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------------- the repo
+
+def index_repo(repo_dir):
+    """(Re)write Packages and Release for a flat repository; the nodes see changes after `apt-get update`."""
+    repo_dir = Path(repo_dir)
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    if shutil.which("apt-ftparchive"):
+        packages = _run(["apt-ftparchive", "packages", "."], cwd=repo_dir).stdout
+    else:
+        packages = _run(["dpkg-scanpackages", "--multiversion", ".", "/dev/null"], cwd=repo_dir).stdout
+    (repo_dir / "Packages").write_text(packages)
+    release = ("Origin: kentino.gpufleet test fleet\nLabel: gpufleet-testfleet\nSuite: testfleet\nCodename: testfleet\n")
+    if shutil.which("apt-ftparchive"):
+        release = _run(["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=kentino.gpufleet-testfleet",
+                        "release", "."], cwd=repo_dir).stdout
+    (repo_dir / "Release").write_text(release)
+    return repo_dir
+
+
+def add_debs(repo_dir, debs):
+    repo_dir = Path(repo_dir)
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    for deb in debs:
+        shutil.copy2(deb, repo_dir / Path(deb).name)
+
+
+def build_repo(repo_dir, cache, base=None, specs=SPECS, sim=True, debian=(), mirror=None):
+    """Fill repo_dir with every spec under `specs`, the simulator (when sim/ exists) and `debian` packages; index it.
+
+    Returns {"packages": [deb file names], "sim": manifest or None}.
+    """
+    repo_dir = Path(repo_dir)
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    debs = []
+    for name in spec_names(specs):
+        debs += build_spec(Path(specs) / name, cache)
+    manifest = None
+    if sim and (REPO / "sim").is_dir():
+        sim_debs = build_sim_deb(cache, base=base)
+        manifest = sim_manifest(sim_debs)
+        debs += sim_debs
+    if debian:
+        if base is None:
+            raise AptRepoError("real Debian packages need the base (their dependencies are resolved against it)")
+        debs += download_debian(debian, base, cache, mirror=mirror)
+    add_debs(repo_dir, debs)
+    index_repo(repo_dir)
+    return {"packages": sorted(Path(d).name for d in debs), "sim": manifest}
