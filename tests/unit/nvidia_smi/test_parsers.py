@@ -1,0 +1,238 @@
+"""Parsers of nvidia-smi output against the fixture files (formats and traps of reference/signals.md section 2)."""
+
+import pytest
+from ansible_collections.kentino.gpufleet.plugins.module_utils import nvidia_smi as n
+
+QUERY = ["index", "pci.bus_id", "temperature.gpu", "power.draw"]
+
+
+def _by_index(parsed):
+    return {row["values"]["index"]: row["values"] for row in parsed["gpus"]}
+
+
+# ---------------------------------------------------------------- --query-gpu csv
+
+
+def test_datacenter_csv_values_are_typed(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("h100/query_gpu.csv"))
+    assert len(parsed["gpus"]) == 8
+    assert parsed["problems"] == [] and parsed["unparsed"]["count"] == 0
+    gpu3 = _by_index(parsed)[3]
+    assert gpu3["pci.bus_id"] == "0000:5d:00"
+    assert gpu3["power.draw"] == pytest.approx(73.4)
+    assert gpu3["ecc.mode.current"] == "enabled"
+    assert (gpu3["ecc.errors.corrected.aggregate.total"], gpu3["ecc.errors.uncorrected.aggregate.total"]) == (17, 2)
+    assert (gpu3["remapped_rows.correctable"], gpu3["remapped_rows.uncorrectable"]) == (2, 1)
+    assert gpu3["remapped_rows.pending"] is True and gpu3["remapped_rows.failure"] is False
+    assert gpu3["gpu_recovery_action"] == "drain_and_reset"
+    # H100 has no page retirement: [N/A] must become None, not a string
+    assert gpu3["retired_pages.sbe"] is None and gpu3["retired_pages.pending"] is None
+    assert _by_index(parsed)[5]["clocks_event_reasons.active"] == 0x44
+    assert _by_index(parsed)[6]["persistence_mode"] is False
+
+
+def test_consumer_csv_ecc_and_remapped_rows_are_none(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("rtx4090/query_gpu.csv"))
+    assert len(parsed["gpus"]) == 4 and parsed["problems"] == []
+    for gpu in _by_index(parsed).values():
+        for field in ("ecc.mode.current", "ecc.errors.corrected.volatile.total", "remapped_rows.correctable",
+                      "remapped_rows.pending", "serial"):
+            assert gpu[field] is None, field
+    assert _by_index(parsed)[2]["pcie.link.width.current"] == 8
+
+
+def test_every_na_spelling_is_none_and_errors_are_reported(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("csv/na_spellings.csv"))
+    gpus = _by_index(parsed)
+    assert len(gpus) == 7
+    for index in (0, 1, 2, 6):  # [N/A], N/A, [Not Supported], empty
+        assert all(v is None for k, v in gpus[index].items() if k not in ("index", "pci.bus_id", "name")), gpus[index]
+    assert gpus[3]["ecc.errors.uncorrected.volatile.total"] is None  # [Requested functionality has been deprecated]
+    assert gpus[3]["temperature.gpu"] == 41
+    for row in parsed["gpus"]:
+        assert not any(isinstance(v, str) and v.startswith("[") for v in row["values"].values())
+    unreadable = {(p["pci"], p["field"]) for p in parsed["problems"] if p["kind"] == "unreadable_field"}
+    assert unreadable == {
+        ("0000:81:00", "temperature.gpu"), ("0000:81:00", "ecc.errors.uncorrected.volatile.total"),
+        ("0000:a1:00", "temperature.gpu"), ("0000:a1:00", "power.draw"), ("0000:a1:00", "clocks_event_reasons.active"),
+    }
+    assert all(p["kind"] == "unreadable_field" for p in parsed["problems"])
+
+
+def test_names_with_commas_are_rejoined(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("csv/name_with_comma.csv"))
+    gpus = _by_index(parsed)
+    assert gpus[1]["name"] == "NVIDIA Graphics Device, rev A1, engineering sample"
+    assert gpus[1]["temperature.gpu"] == 36 and gpus[1]["memory.total"] == 49140
+    assert parsed["unparsed"]["count"] == 0
+
+
+def test_noheader_rows_use_requested_fields_and_report_garbage(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("csv/noheader_mixed_garbage.csv"), QUERY)
+    assert sorted(_by_index(parsed)) == [0, 3]
+    assert parsed["unparsed"]["count"] == 3
+    assert "this line is not a row of this query" in parsed["unparsed"]["samples"]
+    lost = [p for p in parsed["problems"] if p["kind"] == "lost"]
+    assert [p["pci"] for p in lost] == ["0000:3a:00"]
+
+
+def test_lost_gpu_among_eight_is_a_problem_not_a_row(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("lost_gpu/query_gpu.csv"))
+    assert len(parsed["gpus"]) == 7
+    assert "0000:c1:00" not in [g["values"]["pci.bus_id"] for g in parsed["gpus"]]
+    assert parsed["problems"] == [{
+        "kind": "lost", "pci": "0000:c1:00",
+        "message": "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover this GPU",
+        "line": "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover this GPU",
+    }]
+
+
+def test_rejected_field_is_named(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("csv/rejected_field.txt"), QUERY)
+    assert parsed["rejected_fields"] == ["pcie.link.gen.gpucurrent"]
+    assert parsed["gpus"] == [] and parsed["problems"] == []
+    # the same message on stderr
+    assert n.parse_tool_messages(fixture_text("csv/rejected_field.txt"))["rejected_fields"] == ["pcie.link.gen.gpucurrent"]
+
+
+def test_driver_not_loaded_is_a_tool_error(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("driver_not_loaded/query_gpu.csv"), QUERY)
+    assert parsed["gpus"] == []
+    assert [p["kind"] for p in parsed["problems"]] == ["tool_error"]
+    assert "couldn't communicate with the NVIDIA driver" in parsed["problems"][0]["message"]
+
+
+@pytest.mark.parametrize("line,pci", [
+    ("Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error", "0000:3b:00"),
+    ("Unable to determine the device handle for GPU 00000000:C1:00.0: GPU is lost. Reboot the system to recover this GPU",
+     "0000:c1:00"),
+])
+def test_device_handle_variants(line, pci):
+    problems = n.parse_tool_messages(line)["problems"]
+    assert [p["pci"] for p in problems] == [pci]
+    assert problems[0]["kind"] == ("lost" if "lost" in line else "tool_error")
+
+
+def test_old_driver_csv_with_old_names(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("v100_r418/query_gpu.csv"))
+    assert "pcie.link.gen.current" in parsed["fields"] and "clocks_throttle_reasons.active" in parsed["fields"]
+    gpu1 = _by_index(parsed)[1]
+    assert (gpu1["retired_pages.sbe"], gpu1["retired_pages.dbe"], gpu1["retired_pages.pending"]) == (4, 1, True)
+    assert n.decode_throttle_mask(gpu1["clocks_throttle_reasons.active"]) == ["hw_slowdown", "sw_thermal_slowdown"]
+
+
+def test_convert_value_rejects_nonsense_numbers():
+    assert n.convert_value("1.5", "int") == (None, "unreadable")
+    assert n.convert_value("abc", "float") == (None, "unreadable")
+    assert n.convert_value("16x", "int") == (16, "ok")
+    assert n.convert_value("maybe", "bool") == (None, "unreadable")
+    assert n.convert_value("0xZZ", "bitmask") == (None, "unreadable")
+    assert n.convert_value("[GPU is lost]", "int") == (None, "lost")
+
+
+def test_throttle_mask_decoding_keeps_unknown_bits():
+    assert n.decode_throttle_mask(0) == []
+    assert n.decode_throttle_mask(0x1) == ["gpu_idle"]
+    assert n.decode_throttle_mask(0x44) == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert n.decode_throttle_mask(0x200 | 0x80) == ["hw_power_brake_slowdown", "bit_0x200"]
+    assert n.decode_throttle_mask(None) is None
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("None", "none"), ("Drain and Reset", "drain_and_reset"), ("4", "drain_and_reset"), ("GPU Reset", "gpu_reset"),
+    ("Node Reboot", "node_reboot"), ("Drain P2P", "drain_p2p"), ("[N/A]", None), ("Recover IMEX Domain", "recover_imex_domain"),
+])
+def test_recovery_action_names(raw, expected):
+    assert n.normalize_recovery_action(raw) == expected
+
+
+# ---------------------------------------------------------------- --query-compute-apps
+
+
+def test_compute_apps_busy_two_pids_with_spaces(fixture_text):
+    parsed = n.parse_compute_apps(fixture_text("h100/compute_apps.csv"))
+    assert [(p["pid"], p["name"], p["used_memory_mib"], p["pci"]) for p in parsed["processes"]] == [
+        (48213, "/opt/conda/envs/train env/bin/python3.11", 59012, "0000:18:00"),
+        (51977, "/home/ml user/jupyter kernels/python", 2210, "0000:18:00"),
+    ]
+    assert parsed["problems"] == [] and parsed["unparsed"]["count"] == 0
+
+
+def test_compute_apps_idle_header_only_and_empty(fixture_text):
+    assert n.parse_compute_apps(fixture_text("rtx4090/compute_apps.csv"))["processes"] == []
+    empty = n.parse_compute_apps("")
+    assert empty["processes"] == [] and empty["unparsed"]["count"] == 0
+
+
+def test_compute_apps_noheader_comma_in_name_and_na_memory(fixture_text):
+    parsed = n.parse_compute_apps(fixture_text("csv/compute_apps_busy_noheader.csv"))
+    assert parsed["processes"][1]["name"] == "/srv/jobs/run 7, resumed/python"
+    assert parsed["processes"][1]["used_memory_mib"] is None
+
+
+def test_compute_apps_lost_gpu_message(fixture_text):
+    parsed = n.parse_compute_apps(fixture_text("lost_gpu/compute_apps.csv"))
+    assert parsed["processes"] == []
+    assert [(p["kind"], p["pci"]) for p in parsed["problems"]] == [("lost", "0000:c1:00")]
+
+
+# ---------------------------------------------------------------- -q
+
+
+def test_q_new_generation(fixture_text):
+    parsed = n.parse_q(fixture_text("h100/q.txt"))
+    assert parsed["driver_version"] == "570.133.20" and parsed["attached_gpus"] == 8
+    assert parsed["problems"] == [] and parsed["unparsed"]["count"] == 0
+    gpus = {g["pci"]: g for g in parsed["gpus"]}
+    assert len(gpus) == 8
+    assert gpus["0000:9a:00"]["pcie_replays"] == 412
+    assert gpus["0000:18:00"]["pcie_replays"] == 0
+    assert gpus["0000:ab:00"]["throttle_reasons"] == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert gpus["0000:18:00"]["throttle_reasons"] == []
+    assert gpus["0000:5d:00"]["remapped_rows_pending"] is True
+    assert gpus["0000:5d:00"]["remapped_rows_correctable"] == 2
+    assert gpus["0000:5d:00"]["recovery_action"] == "drain_and_reset"
+    assert gpus["0000:18:00"]["power_w"] == pytest.approx(512.4)
+    assert gpus["0000:18:00"]["memory_total_mib"] == 81559
+    assert gpus["0000:18:00"]["pcie_width_max"] == 16
+    assert gpus["0000:18:00"]["entries"]["PCI/Bus Id"] == "00000000:18:00.0"
+
+
+def test_q_old_generation_throttle_reasons_and_retired_pages(fixture_text):
+    parsed = n.parse_q(fixture_text("v100_r418/q.txt"))
+    gpus = {g["pci"]: g for g in parsed["gpus"]}
+    gpu = gpus["0000:16:00"]
+    assert gpu["throttle_reasons"] == ["hw_slowdown", "sw_thermal_slowdown"]
+    assert (gpu["retired_pages_sbe"], gpu["retired_pages_dbe"], gpu["retired_pages_pending"]) == (4, 1, True)
+    assert gpu["ecc_mode"] == "enabled"  # "Ecc Mode" on old drivers
+    assert gpu["remapped_rows_correctable"] is None  # the section does not exist before Ampere
+    assert gpus["0000:3b:00"]["pcie_replays"] == 37
+    assert gpu["power_limit_w"] == pytest.approx(300.0)
+
+
+def test_q_consumer_remapped_rows_na(fixture_text):
+    parsed = n.parse_q(fixture_text("rtx4090/q.txt"))
+    gpu = {g["pci"]: g for g in parsed["gpus"]}["0000:41:00"]
+    assert gpu["entries"]["Remapped Rows"] == "N/A"
+    for key in ("remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
+                "remapped_rows_failure", "ecc_mode", "serial"):
+        assert gpu[key] is None, key
+    assert gpu["pcie_replays"] == 9071 and gpu["pcie_width_current"] == 8
+    # the key after "Remapped Rows : N/A" is not nested under it
+    assert gpu["temperature_c"] == 33
+
+
+def test_q_lost_gpu_still_reads_the_others(fixture_text):
+    parsed = n.parse_q(fixture_text("lost_gpu/q.txt"))
+    assert len(parsed["gpus"]) == 7
+    assert [(p["kind"], p["pci"]) for p in parsed["problems"]] == [("lost", "0000:c1:00")]
+
+
+def test_help_query_gpu_lists_names_and_aliases(fixture_text):
+    new = set(n.parse_help_query_gpu(fixture_text("h100/help_query_gpu.txt"))["fields"])
+    old = set(n.parse_help_query_gpu(fixture_text("v100_r418/help_query_gpu.txt"))["fields"])
+    assert {"pcie.link.gen.gpucurrent", "clocks_event_reasons.active", "gpu_bus_id", "remapped_rows.pending"} <= new
+    assert "pcie.link.gen.gpucurrent" not in old and "clocks_event_reasons.active" not in old
+    assert {"pcie.link.gen.current", "clocks_throttle_reasons.active", "retired_pages.single_bit_ecc.count"} <= old
+    # prose lines that contain quotes are not field names
+    assert "YYYY/MM/DD HH:MM:SS.msec" not in new
