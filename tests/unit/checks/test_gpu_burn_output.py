@@ -1,9 +1,8 @@
 """gpu_burn parser and judgement against recorded shapes (tests/fixtures/gpu_burn/README.md)."""
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import evaluate, parse_gpu_burn
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import evaluate, parse_gpu_burn
 
 
 def _run(fixture_text, name, expected_gpus=None, rc=0):

@@ -1,0 +1,242 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: dcgm_diag
+short_description: Run NVIDIA DCGM diagnostics (dcgmi diag) and judge every GPU
+description:
+  - Runs C(dcgmi diag -r LEVEL -j) through the collection's tool runner (own process group, killed on timeout),
+    reads the JSON of DCGM 4.x, DCGM 3.x and C(--iterations) runs, and returns the tests with per-GPU results.
+  - DCGM 4.x writes a warning as C(Fail); the warnings' C(error_severity) decides (monitor/config = warn).
+  - A diag that could not run (host engine down, C(runtime_error), every test skipped, or a level 2+ run whose
+    hardware tests were all skipped) is O(verdict=error), never a pass.
+  - A failing GPU is O(verdict=fail) with C(failed=false). In check mode the diag is not run (O(verdict=skipped)).
+version_added: "0.1.0"
+author: kentino.gpufleet contributors
+options:
+  executable:
+    description: Path or name of dcgmi. Default C(dcgmi) on PATH or in C(/opt/gpufleet/bin).
+    type: path
+  level:
+    description:
+      - Diagnostic level (C(-r)). 1 takes seconds (software), 2 about 2 minutes (+PCIe, memory), 3 about 15 minutes
+        (+stress, power, bandwidth), 4 one to two hours (+memtest, pulse test).
+      - C(auto) runs level 1 when any GPU is a GeForce, Quadro, Titan or RTX workstation card (DCGM supports only
+        level 1 there), else level 3. GPU names come from O(gpu_names) or one C(nvidia-smi --query-gpu=name) call.
+    type: str
+    choices: ["1", "2", "3", "4", "auto"]
+    default: auto
+  gpu_names:
+    description: GPU names (as nvidia-smi prints them) used by O(level=auto) instead of calling nvidia-smi.
+    type: list
+    elements: str
+  gpus:
+    description: Indexes of the GPUs to test (C(-i)). Default all GPUs.
+    type: list
+    elements: int
+  timeout:
+    description: Seconds before dcgmi is killed. Default by level, 1 300, 2 900, 3 2700, 4 10800.
+    type: int
+requirements:
+  - DCGM with its host engine running (C(nvidia-dcgm) service or C(nv-hostengine)).
+notes:
+  - Levels 2 and above load the GPUs; do not run them on nodes with live jobs.
+"""
+
+EXAMPLES = r"""
+- name: DCGM diag at the level the GPUs support (3 on data-centre GPUs, 1 on GeForce)
+  kentino.gpufleet.dcgm_diag:
+  register: gpufleet_result_dcgm_diag
+
+- name: Level 2 on GPUs 0 and 1, names known from gpu_facts
+  kentino.gpufleet.dcgm_diag:
+    level: "2"
+    gpus: [0, 1]
+    gpu_names: "{{ ansible_facts['gpufleet_gpus'] | map(attribute='name') | list }}"
+  register: gpufleet_result_dcgm_diag
+"""
+
+RETURN = r"""
+verdict:
+  description: pass, warn, fail, error or skipped.
+  returned: always
+  type: str
+  sample: fail
+reasons:
+  description: One line per finding, naming the GPU, the test, DCGM's message and the action.
+  returned: always
+  type: list
+  elements: str
+evidence:
+  description: DCGM's warning messages and error lines that justify the verdict.
+  returned: always
+  type: list
+  elements: str
+tool:
+  description: How dcgmi ran (argv, rc, timed_out, duration_s, error).
+  returned: always
+  type: dict
+level_requested:
+  description: Level passed to C(-r) (after C(auto) was resolved).
+  returned: always
+  type: int
+  sample: 3
+level_reason:
+  description: Why that level was chosen.
+  returned: always
+  type: str
+level_run:
+  description: Highest level whose tests actually ran (not skipped); null when nothing ran.
+  returned: when dcgmi ran
+  type: int
+dcgm_version:
+  description: DCGM version from the JSON metadata.
+  returned: when dcgmi ran
+  type: str
+driver_version:
+  description: Driver version DCGM detected.
+  returned: when dcgmi ran
+  type: str
+tests:
+  description:
+    - Each test with its category, name, status (pass, warn, fail, skipped, error) and per-GPU results
+      C({index, status, warnings [{message, error_id, severity, category}], info}); results for other entities
+      (CPU, NvSwitch, the node) are under C(entities).
+  returned: when dcgmi ran
+  type: list
+  elements: dict
+gpus:
+  description: Per-GPU verdict C({index, serial, status, failed_tests, warned_tests, passed_tests, skipped_tests}).
+  returned: when dcgmi ran
+  type: list
+  elements: dict
+iterations:
+  description: Number of iterations in an C(--iterations) document, else null.
+  returned: when dcgmi ran
+  type: int
+messages:
+  description: Error or warning lines dcgmi printed outside the JSON.
+  returned: when dcgmi ran
+  type: list
+  elements: str
+unparsed:
+  description: Lines outside the JSON that matched nothing (count and up to 5 samples).
+  returned: when dcgmi ran
+  type: dict
+problems:
+  description: What the parser could not read (unknown statuses, truncated JSON).
+  returned: when dcgmi ran
+  type: list
+  elements: dict
+"""
+
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    build_result,
+    missing_tool_reason,
+    planned_tool,
+    run_problem,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.dcgm_diag_json import (
+    evaluate,
+    level_run,
+    parse_dcgm_diag,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
+
+TOOL_DIRS = ["/opt/gpufleet/bin"]
+INSTALL_HINT = "install DCGM (datacenter-gpu-manager) or pass executable="
+DEFAULT_TIMEOUTS = {1: 300, 2: 900, 3: 2700, 4: 10800}
+# DCGM diag supports only level 1 on these product lines.
+_CONSUMER = re.compile(r"geforce|quadro|titan|\brtx\b", re.I)
+
+
+def choose_level(module, params):
+    """(level, reason) or (None, error reason) when auto cannot decide."""
+    if params["level"] != "auto":
+        return int(params["level"]), "requested"
+    names = params["gpu_names"]
+    source = "gpu_names"
+    if names is None:
+        smi = find_tool(module, "nvidia-smi", None, TOOL_DIRS)
+        if smi is None:
+            return None, "level=auto needs the GPU names: nvidia-smi not found; pass level= or gpu_names="
+        result = run_tool([smi, "--query-gpu=name", "--format=csv,noheader"], 60)
+        if not result.ok:
+            detail = result.error or ("timed out" if result.timed_out else (result.stderr or result.stdout).strip())
+            return None, "level=auto could not read GPU names (nvidia-smi: %s); pass level= or gpu_names=" % detail
+        names = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        source = "nvidia-smi"
+        if params["gpus"]:
+            names = [n for i, n in enumerate(names) if i in params["gpus"]]
+    if not names:
+        return None, "level=auto found no GPU names (%s); pass level= or gpu_names=" % source
+    consumer = sorted(set(n for n in names if _CONSUMER.search(n)))
+    if consumer:
+        return 1, "auto: level 1 because DCGM supports only level 1 on %s (%s)" % (", ".join(consumer), source)
+    return 3, "auto: level 3 for %s (%s)" % (", ".join(sorted(set(names))), source)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            executable=dict(type="path"),
+            level=dict(type="str", default="auto", choices=["1", "2", "3", "4", "auto"]),
+            gpu_names=dict(type="list", elements="str"),
+            gpus=dict(type="list", elements="int"),
+            timeout=dict(type="int"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["gpus"] is not None and (not params["gpus"] or min(params["gpus"]) < 0):
+        module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
+    if params["timeout"] is not None and params["timeout"] < 1:
+        module.fail_json(msg="timeout must be at least 1 second, got %s" % params["timeout"])
+
+    executable = find_tool(module, "dcgmi", params["executable"], TOOL_DIRS)
+    name = executable or params["executable"] or "dcgmi"
+    if module.check_mode:
+        # No nvidia-smi call either: check mode runs nothing on the GPUs.
+        level = params["level"]
+        argv = [name, "diag", "-r", level, "-j"] + (["-i", ",".join(map(str, params["gpus"]))] if params["gpus"] else [])
+        module.exit_json(**build_result("skipped", ["check mode: dcgmi diag not run"], [], planned_tool(argv),
+                                        level_requested=None if level == "auto" else int(level),
+                                        level_reason="check mode"))
+    level, level_reason = choose_level(module, params)
+    if level is None:
+        module.exit_json(**build_result("error", [level_reason], [], planned_tool([name, "diag"]),
+                                        level_requested=None, level_reason=level_reason))
+    argv = [name, "diag", "-r", str(level), "-j"]
+    if params["gpus"]:
+        argv += ["-i", ",".join(str(i) for i in params["gpus"])]
+    common = dict(level_requested=level, level_reason=level_reason)
+    if executable is None:
+        module.exit_json(**build_result("error", [missing_tool_reason(name, INSTALL_HINT)], [],
+                                        planned_tool(argv, error="not found"), **common))
+
+    timeout = params["timeout"] or DEFAULT_TIMEOUTS[level]
+    tool = run_tool(argv, timeout)
+    problem = run_problem(tool, "dcgmi diag", timeout)
+    if problem:
+        module.exit_json(**build_result(problem[0], [problem[1]], problem[2], tool.as_dict(), **common))
+    parsed = parse_dcgm_diag(tool.stdout + "\n" + tool.stderr)
+    judged = evaluate(parsed, level_requested=level, rc=tool.rc)
+    module.exit_json(**build_result(
+        judged["verdict"], judged["reasons"], judged["evidence"], tool.as_dict(),
+        level_run=level_run(parsed), dcgm_version=parsed["dcgm_version"], driver_version=parsed["driver_version"],
+        tests=parsed["tests"], gpus=parsed["gpus"], iterations=parsed["iterations"], messages=parsed["messages"],
+        unparsed=parsed["unparsed"], problems=parsed["problems"], **common
+    ))
+
+
+if __name__ == "__main__":
+    main()
