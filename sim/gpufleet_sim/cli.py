@@ -1,0 +1,44 @@
+"""Entry point of every stand-in: sim/bin/<tool> calls main("<tool>")."""
+
+import os
+import sys
+
+from .scenario import ScenarioError
+
+TOOLS = {
+    "nvidia-smi": "nvidia_smi",
+    "gpu_burn": "gpu_burn",
+    "gpu-burn": "gpu_burn",
+    "dcgmi": "dcgmi",
+    "all_reduce_perf": "nccl",
+    "journalctl": "journal",
+    "dmesg": "journal",
+    "nvme": "storage",
+    "smartctl": "storage",
+    "findmnt": "storage",
+    "torchrun": "torchrun",
+    "mpirun": "mpirun",
+}
+
+
+def main(tool=None, argv=None):
+    tool = tool or os.path.basename(sys.argv[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if tool == "mpirun":
+        # mpirun needs no node: it only launches its program (which is itself a stand-in).
+        from . import mpirun
+        return mpirun.main(argv)
+    try:
+        from .state import Node
+        node = Node()
+    except ScenarioError as exc:
+        sys.stderr.write("%s (gpufleet-sim stand-in): %s\n" % (tool, exc))
+        return 2
+    import importlib
+    mod = importlib.import_module("gpufleet_sim." + TOOLS[tool])
+    if TOOLS[tool] in ("journal", "storage"):
+        return mod.main(node, tool, argv)
+    try:
+        return mod.main(node, argv)
+    except BrokenPipeError:
+        return 141

@@ -1,0 +1,276 @@
+"""Per-node state directory: simulated boot, kernel log, lost GPUs, load markers, checkpoint directory.
+
+Several stand-ins run at once on a node (nvidia-smi sampling while gpu_burn burns), so every write is atomic
+(rename) or made under an flock on <state>/.lock. All timestamps are the real wall clock: only durations the tools
+report (a 600 s burn, diag levels) are compressed by GPUFLEET_SIM_TIME_SCALE, so that `journalctl --since` with the
+controller's clock finds what a run produced.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import stat
+import time
+import uuid
+
+from . import klog
+from . import scenario as scenario_mod
+
+MARKER = "node.json"
+
+
+def default_state_dir(scen_spec):
+    base = os.environ.get("TMPDIR", "/tmp")
+    name = os.path.basename(scen_spec or "default")
+    if name.endswith(".json"):
+        name = name[:-5]
+    return os.path.join(base, "gpufleet-sim-%d" % os.getuid(), name)
+
+
+class Node:
+    """One simulated node: its scenario and its state directory (created on first use)."""
+
+    def __init__(self, env=None):
+        env = os.environ if env is None else env
+        spec = env.get("GPUFLEET_SIM_SCENARIO", "")
+        self.state_dir = os.path.abspath(env.get("GPUFLEET_SIM_STATE") or default_state_dir(spec))
+        node_name = env.get("GPUFLEET_SIM_NODE") or os.path.basename(self.state_dir.rstrip("/"))
+        self.scen = scenario_mod.load(spec, node_name)
+        self.scale = scenario_mod.time_scale(env)
+        self.gpus = self.scen["gpu_list"]
+        self.model = self.gpus[0] if self.gpus else {}
+        self.hostname = node_name
+        self.info = self._ensure()
+
+    # ---- files -----------------------------------------------------------------------------------------------
+    def path(self, *parts):
+        return os.path.join(self.state_dir, *parts)
+
+    @contextlib.contextmanager
+    def lock(self):
+        os.makedirs(self.state_dir, exist_ok=True)
+        with open(self.path(".lock"), "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def read_json(self, name, default=None):
+        try:
+            with open(self.path(name)) as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return default
+
+    def write_json(self, name, data):
+        tmp = self.path("%s.%d.tmp" % (name, os.getpid()))
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, sort_keys=True)
+        os.replace(tmp, self.path(name))
+
+    # ---- initialisation --------------------------------------------------------------------------------------
+    def _ensure(self):
+        info = self.read_json(MARKER)
+        if info and info.get("scenario_path") == self.scen["path"] and info.get("node") == self.hostname:
+            return info
+        with self.lock():
+            info = self.read_json(MARKER)
+            if info and info.get("scenario_path") == self.scen["path"] and info.get("node") == self.hostname:
+                return info
+            # A different scenario or node: start from a clean state so nothing of the old one leaks in.
+            _clear_contents(self.state_dir, keep=(".lock",))
+            return self._initialise()
+
+    def _initialise(self):
+        now = time.time()
+        kl = self.scen["kernel_log"]
+        uptime = float(kl.get("uptime_s", 4 * 86400 + 3187.25))
+        prev = int(kl.get("previous_boots", 1))
+        seed = self.scen["node"] + "/" + self.scen["name"]
+        boots = []
+        start = now - uptime
+        for back in range(prev, 0, -1):
+            # Earlier boots: each ran ~3 days and ended ~2 minutes before the next started.
+            b_start = start - back * (3 * 86400 + 120)
+            boots.append({"id": uuid.UUID(klog.hex_seed(seed, "boot", back)[:32]).hex, "start": b_start,
+                          "end": b_start + 3 * 86400})
+        boots.append({"id": uuid.UUID(klog.hex_seed(seed, "boot", 0)[:32]).hex, "start": start, "end": None})
+        info = {
+            "scenario_path": self.scen["path"], "scenario": self.scen["name"], "node": self.hostname,
+            "created": now, "boots": boots, "seqnum_id": klog.hex_seed(seed, "seqnum")[:32],
+            "machine_id": klog.hex_seed(seed, "machine")[:32],
+        }
+        records = klog.initial_records(self, boots, now)
+        with open(self.path("kernel.jsonl"), "w") as fh:
+            for seq, rec in enumerate(records, 1):
+                rec["seq"] = seq
+                fh.write(json.dumps(rec, sort_keys=True) + "\n")
+        info["next_seq"] = len(records) + 1
+        os.makedirs(self.path("load"), exist_ok=True)
+        self._make_checkpoint_dir()
+        self.write_json(MARKER, info)
+        return info
+
+    def _make_checkpoint_dir(self):
+        ckpt = self.scen["storage"].get("checkpoint", {})
+        path = self.checkpoint_dir()
+        os.makedirs(path, exist_ok=True)
+        if ckpt.get("read_only"):
+            # Honest only for non-root users: root bypasses the mode bits (see sim/README.md, checkpoint_readonly).
+            os.chmod(path, 0o555)
+
+    def checkpoint_dir(self):
+        return self.path("checkpoint")
+
+    # ---- time ------------------------------------------------------------------------------------------------
+    @property
+    def boot(self):
+        return self.info["boots"][-1]
+
+    def uptime_s(self, now=None):
+        return (time.time() if now is None else now) - self.boot["start"]
+
+    def sim_elapsed_s(self, now=None):
+        """Simulated seconds since this state was created (compressed time)."""
+        return max(0.0, ((time.time() if now is None else now) - self.info["created"]) / self.scale)
+
+    # ---- kernel log ------------------------------------------------------------------------------------------
+    def append_kernel(self, messages, when=None, prio=4):
+        """Append kernel lines (str, or (offset_s, str[, prio]) tuples) to the current boot's log."""
+        when = time.time() if when is None else when
+        with self.lock():
+            info = self.read_json(MARKER)
+            seq = info["next_seq"]
+            with open(self.path("kernel.jsonl"), "a") as fh:
+                for item in messages:
+                    if isinstance(item, str):
+                        item = (0.0, item)
+                    offset, msg = item[0], item[1]
+                    p = item[2] if len(item) > 2 else prio
+                    rec = klog.record(self, info["boots"][-1], when + offset, msg, p)
+                    rec["seq"] = seq
+                    seq += 1
+                    fh.write(json.dumps(rec, sort_keys=True) + "\n")
+            info["next_seq"] = seq
+            self.write_json(MARKER, info)
+            self.info = info
+
+    def kernel_records(self):
+        out = []
+        try:
+            with open(self.path("kernel.jsonl")) as fh:
+                for line in fh:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        continue
+        except OSError:
+            pass
+        return out
+
+    # ---- lost GPUs -------------------------------------------------------------------------------------------
+    def lost(self):
+        return {int(k): v for k, v in (self.read_json("lost.json", {}) or {}).items()}
+
+    def mark_lost(self, indices, reason, when=None):
+        with self.lock():
+            lost = self.read_json("lost.json", {}) or {}
+            for i in indices:
+                lost.setdefault(str(i), {"at": time.time() if when is None else when, "reason": reason})
+            self.write_json("lost.json", lost)
+
+    # ---- load markers ----------------------------------------------------------------------------------------
+    def add_load(self, gpus, start, end, kind, pid=None, process_name=None):
+        pid = os.getpid() if pid is None else pid
+        os.makedirs(self.path("load"), exist_ok=True)
+        self.write_json(os.path.join("load", "%d.json" % pid),
+                        {"pid": pid, "gpus": list(gpus), "start": start, "end": end, "kind": kind,
+                         "process_name": process_name or kind})
+
+    def remove_load(self, pid=None):
+        pid = os.getpid() if pid is None else pid
+        rec = self.read_json(os.path.join("load", "%d.json" % pid))
+        with contextlib.suppress(OSError):
+            os.unlink(self.path("load", "%d.json" % pid))
+        if rec:
+            self._account_load(rec, time.time())
+
+    def _account_load(self, rec, end):
+        """Remember finished load per GPU: total simulated load seconds (ECC growth) and when it ended (cooling)."""
+        with self.lock():
+            hist = self.read_json("load_history.json", {}) or {}
+            for g in rec["gpus"]:
+                h = hist.setdefault(str(g), {"load_sim_s": 0.0, "last_start": None, "last_end": None})
+                h["load_sim_s"] += max(0.0, min(end, rec["end"]) - rec["start"]) / self.scale
+                h["last_start"], h["last_end"] = rec["start"], end
+            self.write_json("load_history.json", hist)
+
+    def active_loads(self, now=None):
+        now = time.time() if now is None else now
+        out = []
+        try:
+            names = os.listdir(self.path("load"))
+        except OSError:
+            return out
+        for name in names:
+            rec = self.read_json(os.path.join("load", name))
+            if not rec:
+                continue
+            if not _pid_alive(rec["pid"]) or now > rec["end"] + 2.0:
+                # The burner died or was killed without cleaning up: account for it and forget the marker.
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path("load", name))
+                self._account_load(rec, min(now, rec["end"]))
+                continue
+            out.append(rec)
+        return out
+
+    def load_history(self):
+        return {int(k): v for k, v in (self.read_json("load_history.json", {}) or {}).items()}
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clear_contents(path, keep=()):
+    if not os.path.isdir(path):
+        return
+    for name in os.listdir(path):
+        if name in keep:
+            continue
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            _make_writable(full)
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(full)
+
+
+def _make_writable(path):
+    for root, dirs, _files in os.walk(path):
+        for d in [root] + [os.path.join(root, x) for x in dirs]:
+            with contextlib.suppress(OSError):
+                os.chmod(d, os.stat(d).st_mode | stat.S_IWUSR | stat.S_IXUSR | stat.S_IRUSR)
+
+
+def reset(state_dir):
+    """Clear a node's state so the next stand-in call starts from the scenario again. Refuses unknown dirs."""
+    state_dir = os.path.abspath(state_dir)
+    if not os.path.isdir(state_dir):
+        return False
+    if not os.path.exists(os.path.join(state_dir, MARKER)) and os.listdir(state_dir) not in ([], [".lock"]):
+        raise RuntimeError("%s does not look like a gpufleet-sim state directory (no %s): not clearing it"
+                           % (state_dir, MARKER))
+    _clear_contents(state_dir)
+    return True
