@@ -57,7 +57,7 @@ def _busbw_rows(nodes):
     rows = []
     for node in nodes:
         check = (node.get("checks") or {}).get("nccl_test")
-        if not check:
+        if not check or check["verdict"] == "skipped":
             continue
         fig = check.get("figures") or {}
         rows.append({"label": node["host"], "value": fig.get("busbw_gbps"), "threshold": fig.get("min_busbw_gbps"),

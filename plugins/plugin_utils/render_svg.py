@@ -26,10 +26,11 @@ def _nice_ticks(lo, hi, count=5):
     start = math.floor(lo / step) * step
     ticks = []
     value = start
-    while value <= hi + step * 0.001:
+    while True:
         ticks.append(round(value, 10))
+        if value >= hi - step * 0.001:
+            return ticks
         value += step
-    return ticks
 
 
 def _fmt(value):
@@ -56,7 +57,7 @@ def line_chart(series, title, y_unit, x_unit="s", threshold=None, threshold_labe
         x1 = x0 + 1.0
     yticks = _nice_ticks(min(ys) - (max(ys) - min(ys)) * 0.05, max(ys) + (max(ys) - min(ys)) * 0.05 + 1e-9)
     y0, y1 = yticks[0], yticks[-1]
-    left, right, top, bottom = 46, 12, 26, 30
+    left, right, top, bottom = 46, 12, 40, 30
     legend_h = 18 * math.ceil(len(points) / 6)
     pw, ph = width - left - right, height - top - bottom
 
@@ -79,7 +80,7 @@ def line_chart(series, title, y_unit, x_unit="s", threshold=None, threshold_labe
                 sx(tick), top + ph + 16, escape(_fmt(tick))))
     out.append('<text x="%d" y="%d" class="tick" text-anchor="end">%s</text>' % (left + pw, top + ph + 28,
                                                                                 escape(x_unit)))
-    out.append('<text x="6" y="%d" class="tick">%s</text>' % (top - 8, escape(y_unit)))
+    out.append('<text x="%d" y="%d" class="tick" text-anchor="end">%s</text>' % (left - 5, top - 12, escape(y_unit)))
     if threshold is not None:
         out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" class="limit"><title>%s</title></line>' % (
             left, left + pw, sy(threshold), sy(threshold), escape(threshold_label or "limit %s" % threshold)))
@@ -180,8 +181,8 @@ def stacked_bar(counts, order, width=600, height=26):
     total = sum(counts.get(k, 0) for k in order)
     if not total:
         return ""
-    out = ['<svg class="stack" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" role="img" '
-           'aria-label="verdicts">' % (width, height)]
+    out = ['<svg class="stack" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" preserveAspectRatio="none" '
+           'role="img" aria-label="verdicts">' % (width, height)]
     x = 0.0
     for key in order:
         n = counts.get(key, 0)

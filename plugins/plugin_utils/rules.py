@@ -510,11 +510,15 @@ def rule_xid_and_lost(node, results):
                       _first(entry, "line", "evidence", "message"), "lost")
         else:
             mark_lost(None, entry, None, None, "lost")
-    for problem in _as_list(_facts(node.hv, "gpufleet_gpu_problems")):
+    problems = _as_list(_facts(node.hv, "gpufleet_gpu_problems"))
+    for name in ("samples", "gpu_burn", "facts"):  # a GPU lost during the burn shows in the sampler's problems
+        if isinstance(results.get(name), dict):
+            problems += _as_list(results[name].get("problems"))
+    for problem in problems:
         if not isinstance(problem, dict):
             continue
         text = " ".join(str(problem.get(k) or "") for k in ("kind", "message", "line"))
-        if "lost" in text.lower() or "fallen off" in text.lower():
+        if str(problem.get("kind")) == "lost" or "is lost" in text.lower() or "fallen off" in text.lower():
             pci = problem.get("pci")
             if pci is None:
                 match = re.search(r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)", text)
@@ -916,14 +920,17 @@ def rule_dcgm(node, res):
         if index is None or status not in ("fail", "warn"):
             continue
         label = node.label(index)
-        reasons = _strs(_first(g, "reasons", "warnings", "errors", "messages"))
-        tests = _strs(_first(g, "failed_tests", "tests"))
+        mine = re.compile(r"\bGPU %d\b" % index)
+        reasons = _strs(_first(g, "reasons", "warnings", "errors", "messages")) or \
+            [r for r in _strs(res.get("reasons")) if mine.search(r)]
+        tests = _strs(g.get("failed_tests") if status == "fail" else _first(g, "warned_tests", "failed_tests"))
         sev = "fail" if status == "fail" else "warn"
         action = ("rerun dcgmi diag -r 3 -i %s; if it fails again replace the card (RMA) with the DCGM log" % index
                   if sev == "fail" else "watch %s: rerun dcgmi diag at the next maintenance" % label)
         node.add(sev, "DCGM_" + sev.upper(), "%s: dcgmi diag %s%s%s" % (
             label, status, (" in " + ", ".join(tests)) if tests else "", (": " + "; ".join(reasons)) if reasons else ""),
-            action, _strs(g.get("evidence")) or reasons, gpu=index, check="dcgm_diag")
+            action, _strs(g.get("evidence")) or [e for e in _strs(res.get("evidence"), 60) if mine.search(e)]
+            or reasons, gpu=index, check="dcgm_diag")
     if res.get("verdict") in ("fail", "warn") and not any(f["check"] == "dcgm_diag" for f in node.findings):
         node.add(res["verdict"], "DCGM_" + res["verdict"].upper(), "%s: dcgmi diag %s: %s" % (
             node.host, res["verdict"], "; ".join(_strs(res.get("reasons"))) or "no reason given"),
