@@ -185,10 +185,11 @@ class XidScanner:
     severity_overrides: {code (int or str): severity} applied last. since: aware datetime; events known to be older
     are skipped. boot_time: aware datetime of the current boot, to date dmesg lines that carry only uptime.
     boot_id: stamped on lines whose source does not say (dmesg). reference: datetime for syslog's missing year.
+    after_realtime_us: journald entries at or before this time (and the entry at after_cursor) were read before.
     """
 
     def __init__(self, severity_overrides=None, max_events=1000, since=None, boot_time=None, boot_id=None,
-                 reference=None):
+                 reference=None, after_realtime_us=None, after_cursor=None):
         self.overrides = {}
         for code, severity in (severity_overrides or {}).items():
             self.overrides[int(code)] = severity
@@ -197,6 +198,9 @@ class XidScanner:
         self.boot_time = boot_time
         self.boot_id = boot_id
         self.reference = reference or datetime.datetime.now().astimezone()
+        self.after_realtime_us = after_realtime_us
+        self.after_cursor = after_cursor
+        self.journal_skipped = 0
         self.events = []
         self.dropped = 0
         self.seq = 0
@@ -274,6 +278,11 @@ class XidScanner:
         self._journal(journal_record(line))
 
     def _journal(self, rec):
+        if (self.after_cursor is not None and rec.cursor == self.after_cursor) or (
+                self.after_realtime_us is not None and rec.realtime_us is not None
+                and rec.realtime_us <= self.after_realtime_us):
+            self.journal_skipped += 1  # read by the previous run (cursor fallback re-reads from its time)
+            return
         if rec.problem:
             if rec.problem != "empty":
                 self._unparsed("journal_" + rec.problem, "%s (cursor %s)" % (rec.problem, rec.cursor))
