@@ -381,10 +381,9 @@ def _parse_query_gpu(text, fields):
         if "lost" in status.values():
             problems.append(_problem("lost", "nvidia-smi reports the GPU as lost: " + line.strip(), line, pci=pci))
             continue
-        for name in fields:
+        for i, name in enumerate(fields):
             if status[name] == "unreadable":
-                problems.append(_problem("unreadable_field", "%s: %s" % (name, cells[fields.index(name)]), line,
-                                         pci=pci, field=name))
+                problems.append(_problem("unreadable_field", "%s: %s" % (name, cells[i]), line, pci=pci, field=name))
         gpus.append({"values": values, "status": status, "raw": line})
     return {"fields": fields, "gpus": gpus, "problems": problems, "rejected_fields": rejected, "unparsed": unparsed}
 
