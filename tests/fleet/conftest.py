@@ -1,0 +1,90 @@
+"""Session fixture for the real test fleet: 4 systemd-nspawn nodes over SSH, a local apt repo, Ansible runners.
+
+Run with `pytest -q -m fleet tests/fleet` as root (needs debootstrap, systemd-container, equivs, dpkg-dev, apt-utils,
+iproute2, openssh-client). Without `-m fleet` these tests are skipped with that reason, so a bare `pytest` stays fast.
+"""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import aptrepo  # noqa: E402
+import harness  # noqa: E402
+from fleet_ansible import PlaybookRun  # noqa: E402
+
+FLEET_DIR = Path(os.environ.get("GPUFLEET_PYTEST_FLEET_DIR", "/var/tmp/gpufleet-pytest-fleet"))
+FLEET_PREFIX = os.environ.get("GPUFLEET_PYTEST_FLEET_PREFIX", "gpft")
+FLEET_SUBNET = os.environ.get("GPUFLEET_PYTEST_FLEET_SUBNET", "10.213.8")
+FLEET_NODES = int(os.environ.get("GPUFLEET_PYTEST_FLEET_NODES", "4"))
+# Real Debian packages the roles install on nodes that have no network: served from the local repo.
+DEBIAN_PACKAGES = ("prometheus-node-exporter",)
+REQUIRED_TOOLS = ("debootstrap", "systemd-nspawn", "ip", "ssh", "ssh-keygen", "equivs-build", "dpkg-deb",
+                  "apt-ftparchive", "mount")
+
+
+def pytest_collection_modifyitems(config, items):
+    if "fleet" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="real test fleet: run as root with `pytest -m fleet tests/fleet`")
+    for item in items:
+        if item.get_closest_marker("fleet"):
+            item.add_marker(skip)
+
+
+def check_prerequisites():
+    """Fail (never skip) with what to install when `-m fleet` was asked for on a machine that cannot run it."""
+    if os.geteuid() != 0:
+        pytest.fail("the test fleet needs root (network namespaces, overlayfs, systemd-nspawn)")
+    missing = [t for t in REQUIRED_TOOLS if not shutil.which(t)]
+    if missing:
+        pytest.fail("missing %s: apt-get install debootstrap systemd-container equivs dpkg-dev apt-utils iproute2 "
+                    "openssh-client mount" % ", ".join(missing))
+
+
+@pytest.fixture(scope="session")
+def fleet_base():
+    check_prerequisites()
+    return harness.ensure_base()
+
+
+@pytest.fixture(scope="session")
+def fleet(fleet_base):
+    """4 nodes up for the whole session; torn down at the end (and at exit), asserting nothing is left behind."""
+    f = harness.Fleet(dir=FLEET_DIR, nodes_wanted=FLEET_NODES, prefix=FLEET_PREFIX, subnet=FLEET_SUBNET)
+    if f.state_path.exists():  # a previous run that crashed: clean it before anything else
+        harness.Fleet.from_state(FLEET_DIR).down()
+    shutil.rmtree(f.apt_dir, ignore_errors=True)
+    f.repo_info = aptrepo.build_repo(f.apt_dir, harness.DEFAULT_CACHE, base=fleet_base, debian=DEBIAN_PACKAGES)
+    f.up(base=fleet_base)
+    f.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
+    yield f
+    problems = f.down()
+    left = f.leftovers()
+    assert not problems and not left, "test fleet teardown left: %s" % "; ".join(problems + left)
+
+
+@pytest.fixture
+def restore_nodes(fleet):
+    """Tests that kill or cut a node list it here; it is booted/reconnected again afterwards for the next test."""
+    touched = []
+    yield touched
+    for name in touched:
+        fleet.restore_link(name)
+        if harness.container_pid1(fleet.node(name).netns) is None or \
+                fleet.ssh(name, "true", timeout=15, check=False).returncode != 0:
+            fleet.restart_node(name)
+
+
+@pytest.fixture
+def playbook(fleet, tmp_path):
+    def run(text_or_path, extra_args=(), env=None, timeout=300):
+        return PlaybookRun(fleet, text_or_path, extra_args, env, tmp_path).wait(timeout)
+    run.start = lambda text_or_path, extra_args=(), env=None: PlaybookRun(fleet, text_or_path, extra_args, env,
+                                                                          tmp_path)
+    return run

@@ -1,0 +1,78 @@
+"""Run Ansible against the test fleet as a user would: ansible-playbook subprocesses with the repo's ansible.cfg."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE_BIN = Path(sys.executable).parent
+
+
+def ansible_env(extra=None):
+    env = dict(os.environ)
+    env.update({"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INJECT_FACT_VARS": "false",
+                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0", "PATH": "%s:%s" % (ANSIBLE_BIN, env["PATH"])})
+    env.update(extra or {})
+    return env
+
+
+class PlaybookRun:
+    """An ansible-playbook subprocess whose output lines are time-stamped as they arrive."""
+
+    RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)"
+                       r"\s+rescued=(\d+)\s+ignored=(\d+)")
+
+    def __init__(self, fleet, playbook, extra_args=(), env=None, tmp_path=None):
+        if not str(playbook).endswith(".yml"):  # inline playbook text
+            path = Path(tmp_path) / "play.yml"
+            path.write_text(textwrap.dedent(playbook))
+            playbook = path
+        self.argv = [str(ANSIBLE_BIN / "ansible-playbook"), "-i", str(fleet.inventory_path), str(playbook),
+                     *extra_args]
+        self.started = time.monotonic()
+        self.lines = []  # (seconds since start, line)
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=ansible_env(env), cwd=str(REPO), start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic() - self.started, line.rstrip("\n")))
+
+    def wait(self, timeout):
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait()
+            raise AssertionError("ansible-playbook did not finish within %s s:\n%s" % (timeout, self.output[-4000:])) from None
+        self._reader.join(10)
+        return self
+
+    @property
+    def output(self):
+        return "\n".join(line for _, line in self.lines)
+
+    def first(self, pattern):
+        """Seconds after start at which a line matching `pattern` appeared, or None."""
+        rx = re.compile(pattern)
+        for t, line in self.lines:
+            if rx.search(line):
+                return t
+        return None
+
+    @property
+    def recap(self):
+        out = {}
+        for _, line in self.lines:
+            m = self.RECAP.match(line)
+            if m:
+                keys = ("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored")
+                out[m.group(1)] = dict(zip(keys, map(int, m.groups()[1:]), strict=True))
+        return out
