@@ -19,7 +19,7 @@ import os
 import re
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
-_NVME_RE = re.compile(r"^/dev/(?P<ctrl>nvme\d+)(?P<ns>n\d+)(?:p\d+)?$")
+_NVME_RE = re.compile(r"^/dev/(?P<ctrl>nvme\d+)(?:(?P<ns>n\d+)(?:p\d+)?)?$")
 _SD_RE = re.compile(r"^/dev/(?P<disk>(?:sd|vd|xvd|hd)[a-z]+)\d*$")
 _MAX_SAMPLES = 5
 
@@ -152,11 +152,14 @@ def find_mount(mounts, path):
 
 
 def nvme_devices_for_source(source):
-    """/dev/nvme0n1p1 -> {"namespace": "/dev/nvme0n1", "controller": "/dev/nvme0"}; None for anything else."""
-    match = _NVME_RE.match(source or "")
+    """/dev/nvme0n1p1 -> {"namespace": "/dev/nvme0n1", "controller": "/dev/nvme0"}; None for anything else.
+
+    A controller path (/dev/nvme0) gives namespace None.
+    """
+    match = _NVME_RE.match(source or "") if isinstance(source, str) else None
     if not match:
         return None
-    return {"namespace": "/dev/%s%s" % (match.group("ctrl"), match.group("ns")),
+    return {"namespace": "/dev/%s%s" % (match.group("ctrl"), match.group("ns")) if match.group("ns") else None,
             "controller": "/dev/%s" % match.group("ctrl")}
 
 

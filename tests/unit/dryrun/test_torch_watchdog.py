@@ -2,10 +2,9 @@
 
 from pathlib import Path
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import line_rank, parse_torch_log
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import line_rank, parse_torch_log
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "torch"
 

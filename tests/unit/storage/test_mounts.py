@@ -4,9 +4,6 @@ import json
 import os
 from pathlib import Path
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ansible_collections.kentino.gpufleet.plugins.module_utils.mounts import (
     backing_devices,
     disk_for_source,
@@ -16,6 +13,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.mounts import (
     parse_proc_mounts,
     unescape_mount_field,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "storage"
 
@@ -90,6 +89,8 @@ def test_garbage_is_counted_not_raised():
 def test_device_mapping():
     assert nvme_devices_for_source("/dev/nvme0n1p1") == {"namespace": "/dev/nvme0n1", "controller": "/dev/nvme0"}
     assert nvme_devices_for_source("/dev/nvme12n3") == {"namespace": "/dev/nvme12n3", "controller": "/dev/nvme12"}
+    assert nvme_devices_for_source("/dev/nvme1") == {"namespace": None, "controller": "/dev/nvme1"}
+    assert nvme_devices_for_source("/dev/nvme1n") is None and nvme_devices_for_source(None) is None
     assert nvme_devices_for_source("/dev/sda1") is None
     assert nvme_devices_for_source("nas01:/export") is None
     assert disk_for_source("/dev/sdb2") == "/dev/sdb" and disk_for_source("/dev/nvme0n1") is None

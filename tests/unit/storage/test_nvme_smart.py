@@ -3,9 +3,6 @@
 import json
 from pathlib import Path
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import (
     assess_health,
     decode_critical_warning,
@@ -13,6 +10,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import
     parse_nvme_smart_log,
     parse_smartctl_json,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "storage"
 
