@@ -1,0 +1,141 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Action kentino.gpufleet.fleet_report: hostvars of every node -> rules -> report files -> summary and the gate.
+
+Runs entirely on the controller. Documentation and the argument_spec live in plugins/modules/fleet_report.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report
+
+# Only these variables feed the rules: reading every hostvar would template the whole inventory for nothing.
+_PREFIX = "gpufleet_"
+
+
+def _plain(value, depth=0):
+    """Ansible's lazy/tagged containers and unsafe strings -> plain JSON types (the rules and the schema need them)."""
+    if depth > 40:
+        return str(value)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v, depth + 1) for v in value]
+    return str(value)
+
+
+def read_host(hostvars, host):
+    """The gpufleet_* variables and gpufleet_* facts of one host as plain data; unreadable values become errors."""
+    try:
+        hv = hostvars[host]
+    except Exception:  # not in the inventory: reported as never reached
+        return {}
+    out = {}
+    try:
+        keys = list(hv.keys())
+    except Exception:
+        keys = []
+    for key in keys:
+        if not isinstance(key, str) or not (key.startswith(_PREFIX) or key == "ansible_facts"):
+            continue
+        try:
+            value = hv[key]
+            if key == "ansible_facts":
+                value = {k: v for k, v in value.items() if str(k).startswith(_PREFIX)}
+            out[key] = _plain(value)
+        except Exception as exc:  # a variable that does not template: keep the run going, show it on the node
+            message = "could not read %s of %s: %s" % (key, host, exc)
+            if key.startswith("gpufleet_result_"):
+                out[key] = {"verdict": "error", "reasons": [message], "evidence": []}
+            else:
+                out.setdefault("gpufleet_result_report_input", {"verdict": "error", "reasons": [], "evidence": []})
+                out["gpufleet_result_report_input"]["reasons"].append(message)
+    return out
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+
+        fail_on = args.get("fail_on") or task_vars.get("gpufleet_fail_on") or "fail"
+        if fail_on not in report.FAIL_ON:
+            raise AnsibleActionFail("gpufleet_fail_on must be one of %s, got %r" % (", ".join(report.FAIL_ON),
+                                                                                   fail_on))
+        if args.get("hosts") is not None:
+            hosts, play_hosts = [str(h) for h in args["hosts"]], None
+        else:
+            hosts = [str(h) for h in task_vars.get("ansible_play_hosts_all") or []]
+            play_hosts = {str(h) for h in task_vars.get("ansible_play_hosts") or []}
+        run_id = args.get("run_id") or report.default_run_id()
+        hostvars = task_vars.get("hostvars") or {}
+
+        data = {host: read_host(hostvars, host) for host in dict.fromkeys(hosts)}
+        nodes = report.evaluate_fleet(list(data), data, play_hosts)
+        started = args.get("started") or task_vars.get("gpufleet_run_started")
+        try:
+            doc = report.build_report(nodes, run_id, playbook=args.get("playbook"),
+                                      started=str(started) if started else None, fail_on=fail_on)
+            report.validate_report(doc)
+        except report.ReportError as exc:
+            raise AnsibleActionFail(str(exc)) from exc
+
+        summary = doc["summary"]
+        result.update({
+            "changed": False,
+            "run_id": doc["run_id"],
+            "summary": summary,
+            "summary_md": render_md.summary_table(doc),
+            "nodes": {n["host"]: n["verdict"] for n in doc["nodes"]},
+            "failing_nodes": summary["gate"]["nodes"],
+            "config_errors": [f["message"] for n in doc["nodes"] for f in n["findings"] if f["code"] == "CONFIG_INVALID"],
+        })
+        if self._task.check_mode:
+            result["msg"] = "check mode: report judged, no files written"
+        else:
+            report_dir = os.path.expanduser(args["report_dir"])
+            try:
+                written = report.write_report(doc, report_dir, latest=args["latest_link"])
+            except (OSError, report.ReportError) as exc:
+                raise AnsibleActionFail("could not write the fleet report under %s: %s (check the directory exists "
+                                        "and is writable, or set report_dir)" % (report_dir, exc)) from exc
+            files = written["files"]
+            result.update({
+                "changed": True,
+                "run_dir": written["run_dir"],
+                "html_path": files["report.html"],
+                "md_path": files["report.md"],
+                "json_path": files["report.json"],
+                "junit_path": files["junit.xml"],
+                "latest": written["latest"],
+            })
+        if summary["gate"]["failed"]:
+            result["failed"] = True
+            bad = [n for n in doc["nodes"] if n["host"] in summary["gate"]["nodes"]]
+            result["msg"] = ("check mode, no files written; " if self._task.check_mode else "") + \
+                "%d of %d node(s) at or above fail_on=%s: %s" % (
+                len(bad), len(doc["nodes"]), fail_on,
+                "; ".join("%s %s (%s)" % (n["host"], n["verdict"], n["action"] or "see the report") for n in bad))
+        else:
+            result.setdefault("msg", "%d node(s) judged: %s" % (len(doc["nodes"]), render_md.counts_line(doc)))
+        return result

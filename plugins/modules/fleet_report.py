@@ -1,0 +1,169 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+# The work happens in the action plugin of the same name (plugins/action/fleet_report.py) on the controller; this
+# file carries the documentation and the argument_spec the action validates against, as collections do for actions.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: fleet_report
+short_description: Judge every node's health results and write the fleet report (JSON, Markdown, HTML, JUnit)
+description:
+  - Runs on the controller (an action plugin) once per play, after the checks. For every host it reads the
+    registered C(gpufleet_result_*) results, the facts C(gpufleet_gpus), C(gpufleet_gpu_problems), C(gpufleet_xid) and
+    C(gpufleet_stage) from hostvars, applies the rules (verdict per node and per GPU, evidence, the operator's action)
+    and writes C(report.json) (versioned schema, validated), C(report.md), C(report.html) (one self-contained file)
+    and C(junit.xml) under O(report_dir)/O(run_id)/, then points O(report_dir)/latest at it.
+  - Every file is written atomically (temp file, fsync, rename) and the C(latest) link is swapped last, so an
+    interrupted run leaves the previous report intact.
+  - Thresholds are inventory variables of each host (per group or host), documented in docs/rules.md; a value of the
+    wrong type makes that node C(error) with a message naming the host, the variable and the expected type.
+  - Fails (after writing the report) when any node's verdict is at or above O(fail_on); the message lists the nodes.
+    Nodes that could not be checked (C(error), C(unreachable)) count as C(fail) for the gate.
+version_added: "0.1.0"
+author: kentino.gpufleet contributors
+options:
+  hosts:
+    description:
+      - Hosts to report on. Default C(ansible_play_hosts_all) of the play the task runs in; hosts that dropped out
+        of that play (not in C(ansible_play_hosts)) are reported as C(unreachable) with the stage they reached.
+      - When the report runs in a separate play (for example on localhost), pass the node list; a node that did not
+        finish (C(gpufleet_stage) is not C(done)) or has an unreachable result is reported as C(unreachable).
+    type: list
+    elements: str
+  report_dir:
+    description: Directory holding one sub-directory per run and the C(latest) link; relative to the current directory.
+    type: path
+    default: reports
+  run_id:
+    description: Name of this run's directory (letters, digits, C(.), C(_), C(-)). Default a UTC timestamp C(YYYYmmddTHHMMSSZ).
+    type: str
+  playbook:
+    description: Name of the playbook, recorded in the report (burn_in, preflight, audit).
+    type: str
+  fail_on:
+    description:
+      - Verdict at or above which the task fails. C(fail) also fails on C(error) and C(unreachable) nodes.
+      - Default the inventory variable C(gpufleet_fail_on), else C(fail).
+    type: str
+    choices: [fail, warn, never]
+  started:
+    description: When the run started (ISO 8601). Default the variable C(gpufleet_run_started), else now.
+    type: str
+  latest_link:
+    description: Point O(report_dir)/latest at this run once every file is written.
+    type: bool
+    default: true
+notes:
+  - Run it once, on the controller (C(run_once) or a play on localhost). Check mode judges and returns the summary
+    without writing files.
+  - Needs Jinja2 and jsonschema on the controller (both are dependencies of the project).
+seealso:
+  - name: docs/rules.md
+    description: Every rule, threshold variable and default.
+    link: https://example.invalid/kentino/gpufleet/docs/rules.md
+"""
+
+EXAMPLES = r"""
+- name: Judge every node and write the report at the end of a burn-in play
+  kentino.gpufleet.fleet_report:
+    playbook: burn_in
+  run_once: true
+  delegate_to: localhost
+  register: gpufleet_report
+
+- name: Report from a separate play on localhost, gating on warnings too
+  kentino.gpufleet.fleet_report:
+    hosts: "{{ query('inventory_hostnames', 'gpufleet_nodes') }}"
+    playbook: preflight
+    report_dir: /srv/gpufleet/reports
+    run_id: "preflight-{{ lookup('ansible.builtin.pipe', 'date -u +%Y%m%dT%H%M%SZ') }}"
+    fail_on: warn
+  register: gpufleet_report
+
+- name: Show the summary table
+  ansible.builtin.debug:
+    msg: "{{ gpufleet_report.summary_md }}"
+"""
+
+RETURN = r"""
+summary:
+  description: Fleet counts (nodes, gpus, verdicts, gpu_verdicts, findings by severity, codes, gate).
+  returned: always
+  type: dict
+  sample: {nodes: 3, gpus: 24, verdict: fail, verdicts: {pass: 2, warn: 0, error: 0, fail: 1, unreachable: 0}}
+summary_md:
+  description: The Markdown summary table (node, verdict, stage, worst finding, action) and the gate line.
+  returned: always
+  type: str
+nodes:
+  description: Verdict per host.
+  returned: always
+  type: dict
+  sample: {gpu-01: pass, gpu-02: fail}
+failing_nodes:
+  description: Hosts at or above O(fail_on).
+  returned: always
+  type: list
+  elements: str
+config_errors:
+  description: Inventory threshold variables of the wrong type, one message each naming host, variable and type.
+  returned: always
+  type: list
+  elements: str
+run_id:
+  description: This run's id.
+  returned: always
+  type: str
+run_dir:
+  description: Directory the files were written to.
+  returned: when written
+  type: str
+html_path:
+  description: Path of report.html.
+  returned: when written
+  type: str
+md_path:
+  description: Path of report.md.
+  returned: when written
+  type: str
+json_path:
+  description: Path of report.json.
+  returned: when written
+  type: str
+junit_path:
+  description: Path of junit.xml.
+  returned: when written
+  type: str
+latest:
+  description: Path of the latest link, when O(latest_link) is true.
+  returned: when written
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+ARGUMENT_SPEC = dict(
+    hosts=dict(type="list", elements="str"),
+    report_dir=dict(type="path", default="reports"),
+    run_id=dict(type="str"),
+    playbook=dict(type="str"),
+    fail_on=dict(type="str", choices=["fail", "warn", "never"]),
+    started=dict(type="str"),
+    latest_link=dict(type="bool", default=True),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.fail_json(msg="kentino.gpufleet.fleet_report runs as an action plugin on the controller; this module file "
+                         "only documents it. Call it as a task (not with ansible -m on a node).")
+
+
+if __name__ == "__main__":
+    main()

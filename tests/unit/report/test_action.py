@@ -1,0 +1,134 @@
+"""The fleet_report action run by ansible-playbook for real: one node healthy (local connection), one unreachable
+(ssh to a closed port), one with a bad inventory threshold; check the files, the summary, the gate and check mode."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURE = REPO / "tests" / "fixtures" / "report" / "fleet_hostvars.json"
+PLAYBOOK = """
+- name: Nodes
+  hosts: nodes
+  gather_facts: false
+  tasks:
+    - name: Enter the stage
+      ansible.builtin.set_fact:
+        gpufleet_stage: facts
+    - name: Reach the node (node-down is unreachable here)
+      ansible.builtin.ping:
+    - name: Done
+      ansible.builtin.set_fact:
+        gpufleet_stage: done
+    - name: Report, keeping the result even when the gate fails
+      run_once: true
+      delegate_to: localhost
+      block:
+        - name: Report
+          kentino.gpufleet.fleet_report:
+            playbook: action_test
+            run_id: "{{ run_id }}"
+            report_dir: "{{ report_dir }}"
+            fail_on: "{{ fail_on }}"
+          register: gpufleet_report
+      always:
+        - name: Keep the result for the test
+          ansible.builtin.copy:
+            content: "{{ gpufleet_report | to_json }}"
+            dest: "{{ report_dir }}/result-{{ run_id }}.json"
+            mode: "0644"
+          check_mode: false
+"""
+
+
+def _write_inventory(tmp_path):
+    hosts = json.loads(FIXTURE.read_text())["hosts"]
+    healthy = dict(hosts["gpu-node-01"])
+    facts = healthy.pop("ansible_facts")
+    healthy.update(facts)  # as injected fact variables: set by inventory here, the rules read both spellings
+    for key in ("gpufleet_stage", "gpufleet_completed"):
+        healthy.pop(key)
+    hv_dir = tmp_path / "host_vars"
+    hv_dir.mkdir()
+    (hv_dir / "node-ok.json").write_text(json.dumps(healthy))
+    bad = dict(healthy, gpufleet_temp_max_c="85C")
+    (hv_dir / "node-badvar.json").write_text(json.dumps(bad))
+    (tmp_path / "hosts.ini").write_text(
+        "[nodes]\n"
+        "node-ok ansible_connection=local ansible_python_interpreter=%s\n"
+        "node-down ansible_host=127.0.0.1 ansible_port=1 ansible_connection=ssh ansible_user=nobody\n"
+        "node-badvar ansible_connection=local ansible_python_interpreter=%s\n"
+        "[all:vars]\nansible_python_interpreter=%s\n" % (sys.executable, sys.executable, sys.executable))
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+
+
+def _run(tmp_path, run_id, fail_on="fail", check=False):
+    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.ini"),
+           str(tmp_path / "play.yml"), "-e", "run_id=%s" % run_id, "-e", "report_dir=%s" % (tmp_path / "reports"),
+           "-e", "fail_on=%s" % fail_on]
+    if check:
+        cmd.append("--check")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
+               ANSIBLE_SSH_ARGS="-o ConnectTimeout=3 -o BatchMode=yes", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=240)
+    result_file = tmp_path / "reports" / ("result-%s.json" % run_id)
+    result = json.loads(result_file.read_text()) if result_file.exists() else None
+    return proc, result
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("action")
+    _write_inventory(tmp_path)
+    first = _run(tmp_path, "run-1")
+    second = _run(tmp_path, "run-2", fail_on="never")
+    checked = _run(tmp_path, "run-check", check=True)
+    return tmp_path, first, second, checked
+
+
+def test_report_written_and_gate_fails(runs):
+    tmp_path, (proc, result), _, _ = runs
+    assert result is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode != 0, "the gate must fail the play: node-down is unreachable"
+    assert result["failed"] is True
+    assert result["nodes"] == {"node-ok": "pass", "node-down": "unreachable", "node-badvar": "error"}
+    assert "node-down" in result["msg"] and "node-badvar" in result["msg"] and "node-ok" not in result["msg"]
+    run_dir = tmp_path / "reports" / "run-1"
+    for name in ("report.json", "report.md", "report.html", "junit.xml"):
+        assert (run_dir / name).is_file(), name
+    assert result["html_path"] == str(run_dir / "report.html")
+    doc = json.loads((run_dir / "report.json").read_text())
+    down = next(n for n in doc["nodes"] if n["host"] == "node-down")
+    assert down["stage"] == "facts" and down["reachable"] is False
+    assert "| node-down | UNREACHABLE | facts |" in result["summary_md"]
+
+
+def test_config_error_names_host_variable_and_type(runs):
+    _, (_, result), _, _ = runs
+    errors = result["config_errors"]
+    assert len(errors) == 1
+    assert "node-badvar" in errors[0] and "gpufleet_temp_max_c" in errors[0] and "a number" in errors[0]
+    assert "'85C'" in errors[0]
+
+
+def test_latest_link_follows_the_last_written_run(runs):
+    tmp_path, _, (proc, result), _ = runs
+    assert result is not None, proc.stdout[-3000:]
+    assert result.get("failed") is not True, "fail_on=never never fails the task"
+    assert result["failing_nodes"] == []
+    latest = tmp_path / "reports" / "latest"
+    assert latest.is_symlink() and os.readlink(latest) == "run-2"
+    assert (tmp_path / "reports" / "run-1" / "report.json").is_file(), "the previous run stays intact"
+
+
+def test_check_mode_writes_nothing(runs):
+    tmp_path, _, _, (proc, result) = runs
+    assert result is not None, proc.stdout[-3000:]
+    assert "run_dir" not in result and "html_path" not in result
+    assert not (tmp_path / "reports" / "run-check").exists()
+    assert result["msg"].startswith("check mode, no files written")
+    assert result["nodes"]["node-down"] == "unreachable", "check mode still judges"
