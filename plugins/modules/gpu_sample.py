@@ -52,6 +52,11 @@ options:
       - GPU utilisation (percent) from which a sample counts as under load for the PCIe minimums.
     type: int
     default: 50
+  stop_file:
+    description:
+      - Stop sampling (normally, not early) as soon as this file exists. The burn-in playbook touches it when the
+        burn ends, so the samples cover exactly the load window whatever the burn's real length.
+    type: path
 seealso:
   - module: kentino.gpufleet.gpu_facts
 """
@@ -140,6 +145,7 @@ nvidia_smi:
   type: dict
 """
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -216,6 +222,17 @@ def _stop_reason(answer, first_count):
     return None
 
 
+def _wait_or_stop(until, stop_file):
+    """Sleep until the monotonic time `until`; True as soon as stop_file exists (checked every 0.2 s)."""
+    while True:
+        if stop_file and os.path.exists(stop_file):
+            return True
+        left = until - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, 0.2))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -225,6 +242,7 @@ def main():
             interval=dict(type="float", default=5),
             temperature_threshold_c=dict(type="int", default=85),
             load_threshold_pct=dict(type="int", default=50),
+            stop_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -250,9 +268,8 @@ def main():
     tick = 0
     seen_calls = 0
     while tick == 0 or tick * p["interval"] < p["duration"]:
-        delay = started + tick * p["interval"] - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+        if tick and _wait_or_stop(started + tick * p["interval"], p["stop_file"]):
+            break
         t_s = round(time.monotonic() - started, 3)
         answer = query.run()
         # Keep the evidence of resolution and failures, not of every routine sample.

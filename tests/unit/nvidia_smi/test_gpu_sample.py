@@ -106,3 +106,17 @@ def test_summarize_handles_unreadable_values():
     samples = [{"t_s": 0.0, "gpus": [_gpu(None, None, None)]}]
     (entry,) = sample_mod.summarize(samples, 5.0, 85, 50)
     assert entry["max_temperature_c"] is None and entry["min_pcie_gen_under_load"] is None and entry["samples"] == 1
+
+
+def test_stop_file_ends_sampling_normally(standin, tmp_path):
+    stop = tmp_path / "burn.stop"
+    stop.write_text("")
+    result, calls = _run(standin, "load", duration=30.0, interval=0.2, stop_file=str(stop))
+    # One sample is always taken; the existing stop mark ends the run long before the 30 s duration.
+    assert len(result["samples"]) == 1 and len(calls) == 1
+    assert result["stopped_early"] is False and result["duration_s"] < 5
+
+
+def test_stop_file_absent_samples_for_the_duration(standin, tmp_path):
+    result, calls = _run(standin, "load", stop_file=str(tmp_path / "never"))
+    assert len(result["samples"]) == 5
