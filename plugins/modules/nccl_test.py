@@ -1,0 +1,306 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: nccl_test
+short_description: Run an nccl-tests benchmark (all_reduce_perf) and judge correctness and bus bandwidth
+description:
+  - Runs C(all_reduce_perf) (or another nccl-tests binary given as O(executable)) directly or under C(mpirun),
+    through the collection's tool runner (own process group, the whole group killed on timeout).
+  - Returns every result row, the peak bus bandwidth at the largest message size (the health figure; the tool's
+    C(Avg bus bandwidth) includes tiny latency-bound sizes and is informational), wrong values and the GPUs used.
+  - Wrong values, out-of-bounds values, C(Test CUDA/NCCL failure) lines or a non-zero exit after results are
+    O(verdict=fail); a peak below O(min_busbw_gbps) is O(verdict=fail). Without O(min_busbw_gbps) the bandwidth is
+    only reported (per-platform baselines live in the controller rules). No result rows is O(verdict=error).
+  - In check mode nothing runs (O(verdict=skipped)).
+version_added: "0.1.0"
+author: kentino.gpufleet contributors
+options:
+  executable:
+    description:
+      - Path or name of the nccl-tests binary. Default C(all_reduce_perf) on PATH or in C(/opt/gpufleet/bin), where
+        the kentino.gpufleet.validation_tools role installs it.
+    type: path
+  min_bytes:
+    description: Smallest message size (C(-b)), bytes with an optional K, M or G suffix.
+    type: str
+    default: "8"
+  max_bytes:
+    description: Largest message size (C(-e)), bytes with an optional K, M or G suffix.
+    type: str
+    default: "1G"
+  step_factor:
+    description: Multiply the size by this factor between rows (C(-f)).
+    type: int
+    default: 2
+  gpus:
+    description:
+      - GPUs per process (C(-g)).
+      - Default with O(launcher=none) all visible GPUs in one process (the count of C(CUDA_VISIBLE_DEVICES) in
+        O(env) when set, else one C(nvidia-smi --query-gpu=index) call); with O(launcher=mpirun) 1 (one rank a GPU).
+    type: int
+  iterations:
+    description: Timed iterations per size (C(-n)). Default the tool's (20).
+    type: int
+  launcher:
+    description: C(none) runs the binary directly; C(mpirun) runs it under Open MPI's C(mpirun -np NP).
+    type: str
+    choices: [none, mpirun]
+    default: none
+  launcher_args:
+    description: Extra arguments for mpirun, placed before the binary (e.g. C(--allow-run-as-root), C(--bind-to numa)).
+    type: list
+    elements: str
+    default: []
+  np:
+    description: Number of MPI ranks with O(launcher=mpirun). Default the number of visible GPUs.
+    type: int
+  extra_args:
+    description: Extra arguments for the nccl-tests binary, appended last, each one argv element (never a shell).
+    type: list
+    elements: str
+    default: []
+  env:
+    description:
+      - Environment for the test (C(NCCL_DEBUG), C(NCCL_P2P_LEVEL), C(NCCL_TESTS_MIN_BW), C(CUDA_VISIBLE_DEVICES) ...).
+      - With O(launcher=mpirun) each variable is also exported to the ranks with C(-x NAME).
+    type: dict
+    default: {}
+  min_busbw_gbps:
+    description: Minimum acceptable bus bandwidth (GB/s) at the largest size; below it the verdict is fail.
+    type: float
+  timeout:
+    description: Seconds before the test (and every rank) is killed.
+    type: int
+    default: 600
+notes:
+  - Loads the GPUs and their links; do not run it on nodes with live jobs.
+"""
+
+EXAMPLES = r"""
+- name: All-reduce across all GPUs of the node, one process
+  kentino.gpufleet.nccl_test:
+    max_bytes: 1G
+  register: gpufleet_result_nccl_test
+
+- name: The vendor's fabric test, one MPI rank per GPU, with a floor
+  kentino.gpufleet.nccl_test:
+    launcher: mpirun
+    np: 8
+    launcher_args: [--allow-run-as-root]
+    env:
+      NCCL_DEBUG: WARN
+    min_busbw_gbps: 40
+  register: gpufleet_result_nccl_test
+"""
+
+RETURN = r"""
+verdict:
+  description: pass, warn, fail, error or skipped.
+  returned: always
+  type: str
+  sample: pass
+reasons:
+  description: One line per finding with the action.
+  returned: always
+  type: list
+  elements: str
+evidence:
+  description: Raw lines that justify the verdict (failure lines, rows with wrong values, the largest-size rows).
+  returned: always
+  type: list
+  elements: str
+tool:
+  description: How the test ran (argv, rc, timed_out, duration_s, error).
+  returned: always
+  type: dict
+rows:
+  description:
+    - One dict per result row C({size_bytes, count, type, redop, root, oop_time_us, oop_algbw_gbps, oop_busbw_gbps,
+      oop_wrong, ip_time_us, ip_algbw_gbps, ip_busbw_gbps, ip_wrong}); C(*_wrong) is null when validation was off.
+  returned: when the test ran
+  type: list
+  elements: dict
+peak_busbw_gbps:
+  description: Best bus bandwidth (out-of-place or in-place) at the largest message size.
+  returned: when the test ran
+  type: float
+  sample: 377.71
+largest_size_bytes:
+  description: The largest message size measured.
+  returned: when the test ran
+  type: int
+avg_busbw_gbps:
+  description: The tool's average bus bandwidth over all sizes (informational, includes tiny sizes).
+  returned: when the test ran
+  type: float
+wrong_values:
+  description: Sum of the #wrong columns.
+  returned: when the test ran
+  type: int
+out_of_bounds:
+  description: The tool's out-of-bounds count (null when the footer is missing).
+  returned: when the test ran
+  type: int
+gpus:
+  description: The ranks from the C(# Rank) lines C({rank, group, pid, host, device, pci, bus_id, name}).
+  returned: when the test ran
+  type: list
+  elements: dict
+failures:
+  description: Failure lines (C(Test CUDA failure), C(Test NCCL failure), mpirun aborts).
+  returned: when the test ran
+  type: list
+  elements: str
+header:
+  description: Run parameters read from the header (nthread, ngpus, min_bytes, max_bytes, iters, validation ...).
+  returned: when the test ran
+  type: dict
+foreign_lines_in_table:
+  description: Lines inside the result table that were not result rows (MPI or NCCL warnings), skipped.
+  returned: when the test ran
+  type: int
+unparsed:
+  description: Lines that matched nothing (count and up to 5 samples).
+  returned: when the test ran
+  type: dict
+problems:
+  description: What the parser could not read.
+  returned: when the test ran
+  type: list
+  elements: dict
+"""
+
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    build_result,
+    missing_tool_reason,
+    planned_tool,
+    run_problem,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_tests_output import evaluate, parse_nccl_tests
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
+
+TOOL_DIRS = ["/opt/gpufleet/bin"]
+INSTALL_HINT = "install it with the kentino.gpufleet.validation_tools role or pass executable="
+_SIZE = re.compile(r"^[0-9]+[KMGkmg]?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def visible_gpu_count(module, env):
+    """(count, None) or (None, reason)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v for v in str(visible).split(",") if v.strip()]
+        return (len(ids), None) if ids else (None, "CUDA_VISIBLE_DEVICES in env is empty: no GPU to test")
+    smi = find_tool(module, "nvidia-smi", None, TOOL_DIRS)
+    if smi is None:
+        return None, "cannot count the GPUs: nvidia-smi not found; pass gpus= (and np= with mpirun)"
+    result = run_tool([smi, "--query-gpu=index", "--format=csv,noheader"], 60)
+    lines = [line for line in result.stdout.splitlines() if line.strip().isdigit()]
+    if not result.ok or not lines:
+        detail = result.error or ("timed out" if result.timed_out else (result.stderr or result.stdout).strip()[:200])
+        return None, "cannot count the GPUs (nvidia-smi: %s); pass gpus= (and np= with mpirun)" % detail
+    return len(lines), None
+
+
+def build_argv(params, test_binary, gpus, np, mpirun):
+    argv = [test_binary, "-b", params["min_bytes"], "-e", params["max_bytes"], "-f", str(params["step_factor"]),
+            "-g", str(gpus)]
+    if params["iterations"] is not None:
+        argv += ["-n", str(params["iterations"])]
+    argv += list(params["extra_args"])
+    if params["launcher"] == "mpirun":
+        prefix = [mpirun, "-np", str(np)]
+        for name in sorted(params["env"]):
+            prefix += ["-x", name]
+        argv = prefix + list(params["launcher_args"]) + argv
+    return argv
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            executable=dict(type="path"),
+            min_bytes=dict(type="str", default="8"),
+            max_bytes=dict(type="str", default="1G"),
+            step_factor=dict(type="int", default=2),
+            gpus=dict(type="int"),
+            iterations=dict(type="int"),
+            launcher=dict(type="str", default="none", choices=["none", "mpirun"]),
+            launcher_args=dict(type="list", elements="str", default=[]),
+            np=dict(type="int"),
+            extra_args=dict(type="list", elements="str", default=[]),
+            env=dict(type="dict", default={}),
+            min_busbw_gbps=dict(type="float"),
+            timeout=dict(type="int", default=600),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    for key in ("min_bytes", "max_bytes"):
+        if not _SIZE.match(params[key]):
+            module.fail_json(msg="%s must be a byte count with an optional K/M/G suffix (e.g. 8, 128M, 1G), got %r"
+                                 % (key, params[key]))
+    for key in ("step_factor", "gpus", "iterations", "np", "timeout"):
+        if params[key] is not None and params[key] < 1:
+            module.fail_json(msg="%s must be at least 1, got %s" % (key, params[key]))
+    bad_env = [k for k in params["env"] if not _ENV_NAME.match(str(k))]
+    if bad_env:
+        module.fail_json(msg="env names must be shell-style variable names, got %r" % (bad_env,))
+    env = dict((str(k), str(v)) for k, v in params["env"].items())
+    mpirun = params["launcher"] == "mpirun"
+
+    test_binary = find_tool(module, "all_reduce_perf", params["executable"], TOOL_DIRS)
+    launcher = find_tool(module, "mpirun", None, TOOL_DIRS) if mpirun else None
+    gpus, np = params["gpus"], params["np"]
+    # Until the GPUs are counted, the planned argv says so instead of guessing a number.
+    planned = build_argv(params, test_binary or params["executable"] or "all_reduce_perf",
+                         gpus or ("1" if mpirun else "<all visible GPUs>"), np or "<all visible GPUs>",
+                         launcher or "mpirun")
+    if test_binary is None:
+        module.exit_json(**build_result("error", [missing_tool_reason(params["executable"] or "all_reduce_perf",
+                                                                      INSTALL_HINT)], [],
+                                        planned_tool(planned, error="not found")))
+    if mpirun and launcher is None:
+        module.exit_json(**build_result("error", [missing_tool_reason("mpirun", "install Open MPI (openmpi-bin) or "
+                                                                                "use launcher=none")], [],
+                                        planned_tool(planned, error="not found")))
+    if module.check_mode:
+        # Nothing runs in check mode, nvidia-smi included.
+        module.exit_json(**build_result("skipped", ["check mode: nccl-tests not run"], [], planned_tool(planned)))
+    if (gpus is None and not mpirun) or (np is None and mpirun):
+        count, reason = visible_gpu_count(module, env)
+        if count is None:
+            module.exit_json(**build_result("error", [reason], [], planned_tool(planned)))
+        gpus = gpus or (1 if mpirun else count)
+        np = np or count
+    argv = build_argv(params, test_binary, gpus, np, launcher)
+
+    tool = run_tool(argv, params["timeout"], env=env)
+    problem = run_problem(tool, "nccl-tests", params["timeout"])
+    if problem:
+        module.exit_json(**build_result(problem[0], [problem[1]], problem[2], tool.as_dict()))
+    parsed = parse_nccl_tests(tool.stdout + "\n" + tool.stderr)
+    judged = evaluate(parsed, rc=tool.rc, min_busbw_gbps=params["min_busbw_gbps"])
+    module.exit_json(**build_result(
+        judged["verdict"], judged["reasons"], judged["evidence"], tool.as_dict(),
+        rows=parsed["rows"], peak_busbw_gbps=parsed["peak_busbw_gbps"],
+        largest_size_bytes=parsed["largest_size_bytes"], avg_busbw_gbps=parsed["avg_busbw_gbps"],
+        wrong_values=parsed["wrong_values"], out_of_bounds=parsed["out_of_bounds"], gpus=parsed["gpus"],
+        failures=parsed["failures"], header=parsed["header"],
+        foreign_lines_in_table=parsed["foreign_lines_in_table"], unparsed=parsed["unparsed"],
+        problems=parsed["problems"],
+    ))
+
+
+if __name__ == "__main__":
+    main()

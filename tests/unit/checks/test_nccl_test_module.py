@@ -1,0 +1,109 @@
+"""kentino.gpufleet.nccl_test run as Ansible runs it, against stand-in all_reduce_perf / mpirun / nvidia-smi."""
+
+import time
+
+from helpers.module_runner import run_module
+
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def _fake_smi(standin, count):
+    smi = standin("nvidia-smi")
+    smi.path.write_text("#!/bin/sh\n" + "".join("echo %d\n" % i for i in range(count)))
+    return smi
+
+
+def test_defaults_use_every_visible_gpu(standin):
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    _fake_smi(standin, 8)
+    result = run_module("nccl_test", {}, env={"PATH": "%s:%s" % (tool.dir, SAFE_PATH)})
+    assert result["verdict"] == "pass", result["reasons"]
+    assert tool.argv == ["-b", "8", "-e", "1G", "-f", "2", "-g", "8"]
+    assert result["peak_busbw_gbps"] == 377.71 and result["largest_size_bytes"] == 1 << 30
+    assert len(result["rows"]) == 28 and result["wrong_values"] == 0 and len(result["gpus"]) == 8
+    assert "_lines" not in result
+
+
+def test_env_reaches_the_tool_and_sets_the_gpu_count(standin):
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    args = {"executable": str(tool.path), "env": {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "WARN"},
+            "max_bytes": "128M", "iterations": 5, "min_busbw_gbps": 100.0}
+    result = run_module("nccl_test", args, env={"PATH": SAFE_PATH})
+    assert tool.argv == ["-b", "8", "-e", "128M", "-f", "2", "-g", "2", "-n", "5"]
+    assert tool.env["NCCL_DEBUG"] == "WARN" and tool.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert result["verdict"] == "pass"
+
+
+def test_mpirun_launcher_and_bandwidth_floor(standin):
+    perf = standin("all_reduce_perf")
+    mpirun = standin("mpirun", "nccl", "rtx5090_pcie_mpirun.txt")
+    _fake_smi(standin, 8)
+    args = {"launcher": "mpirun", "launcher_args": ["--allow-run-as-root"], "env": {"NCCL_P2P_LEVEL": "SYS"},
+            "min_busbw_gbps": 50.0, "max_bytes": "4G"}
+    result = run_module("nccl_test", args, env={"PATH": "%s:%s" % (perf.dir, SAFE_PATH)})
+    assert mpirun.argv == ["-np", "8", "-x", "NCCL_P2P_LEVEL", "--allow-run-as-root", str(perf.path),
+                           "-b", "8", "-e", "4G", "-f", "2", "-g", "1"]
+    assert result["verdict"] == "fail" and not result.get("failed")
+    assert "28.00 GB/s at 4 GiB is below the minimum 50.00 GB/s" in result["reasons"][0]
+    assert result["foreign_lines_in_table"] == 4 and result["avg_busbw_gbps"] == 12.1727
+
+
+def test_failure_lines_and_exit_code(standin):
+    tool = standin("all_reduce_perf", "nccl", "cuda_failure.txt", rc=1)
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus": 8})
+    assert result["verdict"] == "fail" and "Test CUDA failure" in result["reasons"][0]
+    assert result["failures"] and result["tool"]["rc"] == 1
+
+
+def test_shell_metacharacters_are_one_argv_element(standin, tmp_path):
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    pwned = tmp_path / "pwned"
+    evil = "; touch %s" % pwned
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus": 8, "extra_args": ["-c", "1", evil],
+                                      "env": {"NCCL_DEBUG": "WARN" + evil}})
+    assert result["verdict"] == "pass"
+    assert tool.argv[-3:] == ["-c", "1", evil]
+    assert tool.env["NCCL_DEBUG"] == "WARN" + evil
+    assert not pwned.exists()
+
+
+def test_invalid_size_is_refused_before_anything_runs(standin, tmp_path):
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus": 1, "max_bytes": "1G; reboot"})
+    assert result.get("failed") and "max_bytes must be" in result["msg"] and not tool.ran
+
+
+def test_missing_tool(tmp_path):
+    result = run_module("nccl_test", {"gpus": 2}, env={"PATH": SAFE_PATH})
+    assert result["verdict"] == "error" and not result.get("failed")
+    assert result["reasons"] == ["all_reduce_perf not found: install it with the kentino.gpufleet.validation_tools "
+                                 "role or pass executable="]
+
+
+def test_no_gpu_count_without_nvidia_smi(standin):
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    result = run_module("nccl_test", {"executable": str(tool.path)}, env={"PATH": SAFE_PATH})
+    assert result["verdict"] == "error" and "pass gpus=" in result["reasons"][0] and not tool.ran
+
+
+def test_timeout_kills_every_process(hanging_tool, no_leftovers):
+    path = hanging_tool("all_reduce_perf", "# nThread 1 nGpus 8 minBytes 8 maxBytes 1073741824")
+    started = time.monotonic()
+    result = run_module("nccl_test", {"executable": str(path), "gpus": 8, "timeout": 1}, timeout=60)
+    assert time.monotonic() - started < 20
+    assert result["verdict"] == "error" and "timed out after 1 s" in result["reasons"][0]
+    assert any("nThread" in line for line in result["evidence"]), "the last output shows where it hung"
+    no_leftovers()
+
+
+def test_garbage_output(standin):
+    tool = standin("all_reduce_perf", "nccl", "garbage.txt", rc=126)
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus": 1})
+    assert result["verdict"] == "error" and "no result rows" in result["reasons"][0]
+
+
+def test_check_mode(standin):
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    result = run_module("nccl_test", {"executable": str(tool.path)}, check_mode=True, env={"PATH": SAFE_PATH})
+    assert result["verdict"] == "skipped" and "check mode" in result["reasons"][0] and not tool.ran
+    assert result["tool"]["argv"][-2:] == ["-g", "<all visible GPUs>"]
