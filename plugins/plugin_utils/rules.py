@@ -507,9 +507,9 @@ def rule_xid_and_lost(node, results):
     for entry in lost_entries:
         if isinstance(entry, dict):
             mark_lost(_int(entry.get("index")), entry.get("pci"), _event_time(entry),
-                      _first(entry, "line", "evidence", "message"), "lost")
+                      _first(entry, "line", "evidence", "message", default="xid_facts lost_gpus: %s" % entry), "lost")
         else:
-            mark_lost(None, entry, None, None, "lost")
+            mark_lost(None, entry, None, "xid_facts lost_gpus: %s (fell off the bus)" % entry, "lost")
     problems = _as_list(_facts(node.hv, "gpufleet_gpu_problems"))
     for name in ("samples", "gpu_burn", "facts"):  # a GPU lost during the burn shows in the sampler's problems
         if isinstance(results.get(name), dict):
@@ -846,6 +846,7 @@ def _check_error(node, name, state, reason, res):
     if isinstance(tool, dict) and tool.get("argv"):
         evidence.append("argv: %s rc=%s timed_out=%s" % (" ".join(map(str, tool["argv"])), tool.get("rc"),
                                                          tool.get("timed_out")))
+    evidence = evidence or ["gpufleet_result_%s: %s" % (name, reason)]
     node.add("error", "CHECK_ERROR", "%s: %s could not run: %s" % (node.host, name, reason),
              "make %s runnable on %s (%s), then rerun; no result is not a pass" % (name, node.host, reason),
              evidence, check=name)
@@ -930,7 +931,8 @@ def rule_dcgm(node, res):
         node.add(sev, "DCGM_" + sev.upper(), "%s: dcgmi diag %s%s%s" % (
             label, status, (" in " + ", ".join(tests)) if tests else "", (": " + "; ".join(reasons)) if reasons else ""),
             action, _strs(g.get("evidence")) or [e for e in _strs(res.get("evidence"), 60) if mine.search(e)]
-            or reasons, gpu=index, check="dcgm_diag")
+            or reasons or ["dcgm_diag GPU %s: status=%s failed_tests=%s warned_tests=%s" % (
+                index, status, g.get("failed_tests"), g.get("warned_tests"))], gpu=index, check="dcgm_diag")
     if res.get("verdict") in ("fail", "warn") and not any(f["check"] == "dcgm_diag" for f in node.findings):
         node.add(res["verdict"], "DCGM_" + res["verdict"].upper(), "%s: dcgmi diag %s: %s" % (
             node.host, res["verdict"], "; ".join(_strs(res.get("reasons"))) or "no reason given"),
