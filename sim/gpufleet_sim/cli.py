@@ -15,7 +15,6 @@ TOOLS = {
     "dmesg": "journal",
     "nvme": "storage",
     "smartctl": "storage",
-    "findmnt": "storage",
     "torchrun": "torchrun",
     "mpirun": "mpirun",
 }

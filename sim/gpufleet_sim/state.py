@@ -111,6 +111,7 @@ class Node:
         info["next_seq"] = len(records) + 1
         os.makedirs(self.path("load"), exist_ok=True)
         self._make_checkpoint_dir()
+        self.write_mounts()
         self.write_json(MARKER, info)
         return info
 
@@ -124,6 +125,26 @@ class Node:
 
     def checkpoint_dir(self):
         return self.path("checkpoint")
+
+    def write_mounts(self):
+        """<state>/mounts: this machine's mount table plus the simulated checkpoint filesystem, /proc/mounts format.
+
+        The collection's checkpoint_storage module reads a mount table file (default /proc/mounts); pointing it at
+        this file shows the checkpoint directory as a mount of the scenario's NVMe namespace, rw or ro.
+        """
+        ckpt = self.scen["storage"].get("checkpoint", {})
+        try:
+            with open("/proc/mounts") as fh:
+                real = fh.read()
+        except OSError:
+            real = "/dev/root / ext4 rw,relatime 0 0\n"
+        escaped = self.checkpoint_dir()
+        for ch, code in (("\\", "\\134"), (" ", "\\040"), ("\t", "\\011"), ("\n", "\\012")):
+            escaped = escaped.replace(ch, code)
+        opts = "ro,relatime" if ckpt.get("read_only") else "rw,relatime,errors=remount-ro"
+        line = "%s %s %s %s 0 0\n" % (ckpt.get("device", "/dev/nvme1n1p1"), escaped, ckpt.get("fstype", "ext4"), opts)
+        with open(self.path("mounts"), "w") as fh:
+            fh.write(real.rstrip("\n") + "\n" + line)
 
     # ---- time ------------------------------------------------------------------------------------------------
     @property

@@ -1,0 +1,48 @@
+"""Stand-in for mpirun: runs the program once as every rank would (the stand-ins print rank 0's view).
+
+Accepts the usual Open MPI options (-np/-n N, --allow-run-as-root, -x VAR[=VAL], --bind-to X, --map-by X, -H hosts,
+--hostfile F, --mca K V, --oversubscribe) and exports OMPI_COMM_WORLD_SIZE=N to the program.
+"""
+
+import os
+import sys
+
+_WITH_VALUE = {"-np", "-n", "-c", "--np", "-x", "--bind-to", "--map-by", "-H", "--host", "--hostfile", "-hostfile",
+               "--rank-by", "-npernode", "--npernode", "-wdir", "--wdir"}
+_WITH_TWO = {"--mca", "-mca", "-gmca", "--gmca"}
+
+
+def main(argv):
+    np_ = 1
+    env = dict(os.environ)
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        arg = argv[i]
+        if arg in _WITH_TWO:
+            i += 3
+            continue
+        if arg in _WITH_VALUE:
+            val = argv[i + 1] if i + 1 < len(argv) else ""
+            if arg in ("-np", "-n", "-c", "--np"):
+                np_ = int(val) if val.isdigit() else 1
+            elif arg == "-x":
+                name, eq, value = val.partition("=")
+                if eq:
+                    env[name] = value
+            i += 2
+            continue
+        i += 1
+    prog = argv[i:]
+    if not prog:
+        sys.stderr.write("mpirun could not find anything to do.\n")
+        return 1
+    env["OMPI_COMM_WORLD_SIZE"] = str(np_)
+    env["OMPI_COMM_WORLD_RANK"] = "0"
+    try:
+        os.execvpe(prog[0], prog, env)
+    except OSError as exc:
+        sys.stderr.write("--------------------------------------------------------------------------\n"
+                         "mpirun was unable to launch the specified application as it could not access\n"
+                         "or execute an executable:\n\nExecutable: %s\nError: %s\n" % (prog[0], exc.strerror))
+        return 1
+    return 0
