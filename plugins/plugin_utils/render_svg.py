@@ -177,23 +177,17 @@ def xid_timeline(nodes, width=900):
     return "\n".join(out)
 
 
-def stacked_bar(counts, order, width=600, height=26):
+def stacked_bar(counts, order):
+    """Verdict counts as one horizontal bar (HTML flex boxes: text stays crisp at any width)."""
     total = sum(counts.get(k, 0) for k in order)
     if not total:
         return ""
-    out = ['<svg class="stack" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" preserveAspectRatio="none" '
-           'role="img" aria-label="verdicts">' % (width, height)]
-    x = 0.0
+    out = ['<div class="stack" role="img" aria-label="verdicts">']
     for key in order:
         n = counts.get(key, 0)
-        if not n:
-            continue
-        w = n / total * width
-        out.append('<rect x="%.1f" y="0" width="%.1f" height="%d" fill="%s"><title>%d %s</title></rect>' % (
-            x, w, height, VERDICT_COLORS.get(key, "#999"), n, escape(key)))
-        if w > 40:
-            out.append('<text x="%.1f" y="%d" class="stacklabel" text-anchor="middle">%d %s</text>' % (
-                x + w / 2, height / 2 + 5, n, escape(key)))
-        x += w
-    out.append("</svg>")
-    return "\n".join(out)
+        if n:
+            out.append('<div style="flex:%d;background:%s" title="%d %s">%s</div>' % (
+                n, VERDICT_COLORS.get(key, "#999"), n, escape(key), "%d %s" % (n, escape(key)) if n / total > 0.06
+                else ""))
+    out.append("</div>")
+    return "".join(out)
