@@ -196,6 +196,7 @@ tool:
 """
 
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -443,7 +444,7 @@ def read_dmesg(exe, params, state, scanner_opts, notes):
 
 
 # ---- file ----------------------------------------------------------------------------------------------------------
-def _rotated_sibling(path, dev, ino):
+def _rotated_sibling(path, prev):
     """The file that was `path` at the last run (kern.log -> kern.log.1), found by its inode."""
     directory = os.path.dirname(os.path.abspath(path)) or "."
     base = os.path.basename(path)
@@ -459,9 +460,46 @@ def _rotated_sibling(path, dev, ino):
             st = os.stat(candidate)
         except OSError:
             continue
-        if st.st_ino == ino and st.st_dev == dev:
+        if _same_file(candidate, st, prev):
             return candidate
     return None
+
+
+HEAD_BYTES = 512
+
+
+def _head(path, length=HEAD_BYTES):
+    """(bytes hashed, sha256) of the first bytes of a (decompressed) file: tells a new file from a grown one when the
+    filesystem reuses the inode number of a deleted log."""
+    try:
+        with open_log(path) as fh:
+            data = fh.read(length)
+    except (IOError, OSError, EOFError):
+        return 0, None
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def _same_file(path, st, prev):
+    if prev.get("inode") != st.st_ino or prev.get("dev") != st.st_dev:
+        return False
+    length, digest = _head(path, int(prev.get("head_bytes") or 0))
+    return prev.get("head_sha256") is None or (length == prev.get("head_bytes") and digest == prev["head_sha256"])
+
+
+def _scan(scanner, fh, consume_tail):
+    """Scan a stream: kernel log text with the fast binary search, or saved `journalctl -o json` output line by line.
+
+    Returns the bytes consumed (a half-written last line is left for the next run unless consume_tail)."""
+    if fh.peek(64)[:64].lstrip().startswith(b"{"):
+        consumed = 0
+        for line in fh:
+            if not line.endswith(b"\n") and not consume_tail:
+                break
+            scanner.feed_journal_line(line)
+            consumed += len(line)
+        scanner.bytes_read += consumed
+        return consumed
+    return scanner.scan_binary(fh, consume_partial_tail=consume_tail)
 
 
 def _skip(fh, count):
@@ -495,16 +533,20 @@ def read_file(path, params, state, scanner_opts, notes):
                 if st.st_size < int(prev.get("size") or 0) or (not gz and st.st_size < saved_off):
                     position_notes.append("%s was truncated since the last run (size %s -> %d): read from the start"
                                           % (path, prev.get("size"), st.st_size))
+                elif not _same_file(path, st, prev):
+                    position_notes.append("%s was replaced since the last run (same inode number, different content): "
+                                          "read from the start; lines logged to the old file after the last run may "
+                                          "be missed" % path)
                 else:
                     offset = saved_off
             else:
-                old = _rotated_sibling(path, prev.get("dev"), prev.get("inode"))
+                old = _rotated_sibling(path, prev)
                 if old:
                     position_notes.append("%s was rotated since the last run: read the rest of %s from byte %d, "
                                           "then %s from the start" % (path, old, saved_off, path))
                     with open_log(old) as fh:
                         _skip(fh, saved_off)
-                        scanner.scan_binary(fh, consume_partial_tail=True)
+                        _scan(scanner, fh, True)
                 else:
                     position_notes.append("%s was rotated since the last run and the previous file (inode %s) is "
                                           "gone: lines logged between the last run and the rotation may be missed"
@@ -512,12 +554,13 @@ def read_file(path, params, state, scanner_opts, notes):
         with open_log(path) as fh:
             if offset:
                 _skip(fh, offset)
-            consumed = scanner.scan_binary(fh, consume_partial_tail=consume_tail)
+            consumed = _scan(scanner, fh, consume_tail)
     except (IOError, OSError, EOFError) as exc:
         raise ReadError("cannot read %s: %s. Fix: check the file (a damaged .gz?) and the permissions (become: true)"
                         % (path, exc)) from None
+    head_bytes, head_sha = _head(path)
     position = {"path": os.path.abspath(path), "inode": st.st_ino, "dev": st.st_dev, "gzip": gz,
-                "offset": offset + consumed, "size": st.st_size}
+                "offset": offset + consumed, "size": st.st_size, "head_bytes": head_bytes, "head_sha256": head_sha}
     return scanner, position, position_notes, None
 
 
