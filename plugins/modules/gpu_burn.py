@@ -204,6 +204,8 @@ def main():
         name = params["executable"] or "gpu_burn"
         module.exit_json(**build_result("error", [missing_tool_reason(name, INSTALL_HINT)], [],
                                         planned_tool(build_argv(name, params), error="not found")))
+    # Absolute: gpu_burn runs from its own directory (compare.ptx), where a relative PATH entry no longer resolves.
+    executable = os.path.abspath(executable)
     argv = build_argv(executable, params)
     if module.check_mode:
         module.exit_json(**build_result("skipped", ["check mode: gpu_burn not run (it loads the GPUs for %s s)"
@@ -212,7 +214,7 @@ def main():
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if params["gpus"]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in params["gpus"])
-    cwd = params["cwd"] or os.path.dirname(os.path.abspath(executable))
+    cwd = params["cwd"] or os.path.dirname(executable)
     if not os.path.isdir(cwd):
         module.fail_json(msg="cwd %s is not a directory (it must hold gpu_burn's compare.ptx)" % cwd)
     tool = run_tool(argv, timeout, env=env, cwd=cwd)

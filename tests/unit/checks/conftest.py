@@ -77,18 +77,21 @@ def standin(tmp_path):
 
 @pytest.fixture
 def hanging_tool(tmp_path):
-    """A tool that prints a line, forks a child that ignores SIGTERM, and never ends."""
+    """A tool that prints a line, forks a child, and never ends."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
 
-    def make(name, first_line="starting"):
+    def make(name, first_line="starting", child_ignores_sigterm=False):
+        # A child that ignores SIGTERM (as gpu_burn's workers do) proves the SIGKILL escalation; it costs the
+        # runner's 5 s grace period, so only one test uses it.
+        trap = 'trap "" TERM; ' if child_ignores_sigterm else ""
         path = bindir / name
         _write_script(path, (
             'echo $$ > "%(d)s/leader.pid"\n'
-            'sh -c \'trap "" TERM; echo $$ > "%(d)s/child.pid"; while :; do sleep 1; done\' &\n'
+            'sh -c \'%(trap)secho $$ > "%(d)s/child.pid"; while :; do sleep 1; done\' &\n'
             'echo "%(line)s"\n'
             'while :; do sleep 1; done\n'
-        ) % {"d": tmp_path, "line": first_line})
+        ) % {"d": tmp_path, "line": first_line, "trap": trap})
         return path
 
     return make

@@ -1,5 +1,6 @@
 """kentino.gpufleet.gpu_burn run as Ansible runs it, against stand-in gpu_burn scripts."""
 
+import os
 import time
 
 from helpers.module_runner import run_module
@@ -44,7 +45,7 @@ def test_missing_tool_is_error_naming_the_install(tmp_path):
 
 
 def test_timeout_kills_the_whole_process_group(hanging_tool, no_leftovers):
-    path = hanging_tool("gpu_burn", "Burning for 600 seconds.")
+    path = hanging_tool("gpu_burn", "Burning for 600 seconds.", child_ignores_sigterm=True)
     started = time.monotonic()
     result = run_module("gpu_burn", {"executable": str(path), "duration": 600, "timeout": 2}, timeout=60)
     elapsed = time.monotonic() - started
@@ -78,3 +79,12 @@ def test_shell_metacharacters_never_reach_a_shell(standin, tmp_path):
     result = run_module("gpu_burn", {"executable": str(tool.path), "memory": "90%%; touch %s" % pwned})
     assert result.get("failed") and "memory must be" in result["msg"]
     assert not tool.ran and not pwned.exists()
+
+
+def test_relative_path_entry_still_runs_from_the_tool_directory(standin):
+    # gpu_burn runs with cwd = its directory; a tool found through a relative PATH entry must still resolve.
+    tool = standin("gpu_burn", "gpu_burn", "healthy_2gpu.log")
+    relative = os.path.relpath(tool.dir)
+    result = run_module("gpu_burn", {"duration": 60}, env={"PATH": "%s:%s" % (relative, SAFE_PATH)})
+    assert result["verdict"] == "pass", result["reasons"]
+    assert os.path.isabs(result["tool"]["argv"][0]) and tool.cwd == str(tool.dir)
