@@ -650,11 +650,17 @@ class Fleet:
                 out.append("mount " + str(node.merged))
         if Path("/sys/class/net", self.bridge).exists():
             out.append("bridge " + self.bridge)
+        marker = str(self.dir) + "/"
         for entry in os.listdir("/proc"):
-            if entry.isdigit() and not _is_zombie(int(entry)):
-                cmd = _cmdline(int(entry))
-                if str(self.dir) + "/" in cmd:
-                    out.append("process %s: %s" % (entry, cmd[:200]))
+            if not entry.isdigit() or int(entry) == os.getpid() or _is_zombie(int(entry)):
+                continue
+            cmd = _cmdline(int(entry))
+            try:  # a container process has its root inside a node's merged dir
+                root = os.readlink("/proc/%s/root" % entry)
+            except OSError:
+                root = ""
+            if marker in cmd or (root + "/").startswith(marker):
+                out.append("process %s (root %s): %s" % (entry, root, cmd[:200]))
         return out
 
 

@@ -1,0 +1,110 @@
+"""Teardown leaves nothing behind: no namespaces, veths, bridge, mounts or processes, whatever state `up` died in.
+
+Each test brings up its own 2-node fleet (prefix gpfz, subnet 10.213.9) next to the session fleet.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import harness
+import pytest
+from fleet_ansible import ANSIBLE_BIN, REPO, ansible_env
+
+pytestmark = [pytest.mark.fleet, pytest.mark.timeout(240)]
+
+CLI = REPO / "hack" / "testfleet"
+PREFIX, SUBNET = "gpfz", "10.213.9"
+
+
+@pytest.fixture
+def fleet_dir(fleet_base):
+    d = Path(os.environ.get("GPUFLEET_PYTEST_TEARDOWN_DIR", "/var/tmp/gpufleet-pytest-teardown"))
+    if (d / "state.json").exists():
+        harness.Fleet.from_state(d).down()
+    shutil.rmtree(d, ignore_errors=True)
+    yield d
+    if (d / "state.json").exists():  # whatever the test did, do not leak into the next one
+        harness.Fleet.from_state(d).down(purge=True)
+
+
+def cli(*args, timeout=180):
+    return subprocess.run([sys.executable, str(CLI), *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, GPUFLEET_TESTFLEET_QUIET="1"))
+
+
+def host_leftovers(fleet_dir):
+    """Independent of harness.leftovers(): what `ip`, /proc/mounts and ps say about anything named after the fleet."""
+    found = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += ["netns " + line for line in netns.splitlines() if line.startswith(PREFIX + "-")]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    found += ["link " + line.split(":")[1].strip() for line in links.splitlines() if ": %s-" % PREFIX in line]
+    with open("/proc/mounts") as fh:
+        found += ["mount " + line.split()[1] for line in fh if str(fleet_dir) in line]
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
+    found += ["process " + line.strip() for line in ps.splitlines()
+              if str(fleet_dir) in line and not line.split()[1].startswith("Z") and "ps -eo" not in line]
+    return found
+
+
+def test_cli_up_then_down_from_the_state_file_alone(fleet_dir):
+    up = cli("up", "2", "--dir", str(fleet_dir), "--prefix", PREFIX, "--subnet", SUBNET, "--no-sim")
+    assert up.returncode == 0, up.stdout + up.stderr
+    # Ansible leaves ControlMaster processes behind: teardown must end those too.
+    ping = subprocess.run([str(ANSIBLE_BIN / "ansible"), "-i", str(fleet_dir / "inventory.yml"), "all",
+                           "-m", "ansible.builtin.ping"], capture_output=True, text=True, env=ansible_env(),
+                          cwd=str(REPO), timeout=120)
+    assert ping.returncode == 0, ping.stdout[-2000:]
+    ps = subprocess.run(["ps", "-ww", "-eo", "args="], capture_output=True, text=True).stdout
+    assert any("[mux]" in line for line in ps.splitlines() if str(fleet_dir) in line), ps
+    assert host_leftovers(fleet_dir), "the fleet should be visible before down"
+    down = cli("down", "--dir", str(fleet_dir))  # a different process: only state.json to go by
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert host_leftovers(fleet_dir) == []
+    assert harness.Fleet.from_state(fleet_dir).leftovers() == []
+    again = cli("down", "--dir", str(fleet_dir))
+    assert again.returncode == 0, "down must be idempotent: " + again.stderr
+
+
+def test_up_that_fails_midway_cleans_up_after_itself(fleet_dir, fleet_base, monkeypatch):
+    f = harness.Fleet(dir=fleet_dir, nodes_wanted=2, prefix=PREFIX, subnet=SUBNET, boot_timeout_s=1)
+
+    def never_ready(self, nodes=None):
+        raise harness.FleetError("simulated: sshd never came up")
+
+    monkeypatch.setattr(harness.Fleet, "_wait_all_ready", never_ready)
+    with pytest.raises(harness.FleetError, match="simulated"):
+        f.up(base=fleet_base)
+    assert host_leftovers(fleet_dir) == []
+    assert f.leftovers() == []
+
+
+def test_up_killed_mid_boot_is_cleaned_by_down(fleet_dir):
+    """SIGKILL the `up` process once a node is booting: no finalizer runs, the state file must be enough."""
+    proc = subprocess.Popen([sys.executable, str(CLI), "up", "2", "--dir", str(fleet_dir), "--prefix", PREFIX,
+                             "--subnet", SUBNET, "--no-sim"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = fleet_dir / "state.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if any(n.get("nspawn_pid") for n in json.loads(state.read_text())["nodes"]):
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.02)
+    else:
+        proc.kill()
+        pytest.fail("up never recorded a booting node in %s" % state)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1)  # let the orphaned containers get going: down must catch them however far they got
+    assert host_leftovers(fleet_dir), "expected a half-made fleet to clean"
+    down = cli("down", "--dir", str(fleet_dir))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert host_leftovers(fleet_dir) == []
