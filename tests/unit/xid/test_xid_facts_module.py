@@ -279,8 +279,7 @@ def test_auto_falls_back_to_dmesg_when_the_journal_does_not_work(tmp_path, bin_d
     res = run_module("xid_facts", {}, env=_env(tmp_path, XID_TEST_JOURNAL_BROKEN=1), path_prepend=[bin_dir])
     facts = _facts(res)
     assert facts["source"] == "dmesg"
-    assert any("journal not usable" in n and "No journal files" not in n or "no journal files" in n
-               for n in facts["notes"])
+    assert any("journal not usable" in n and "no journal files" in n for n in facts["notes"])
     assert [e["xid"] for e in facts["events"]] == [79, 13, 79, 145]
 
 
