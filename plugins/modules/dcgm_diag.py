@@ -105,7 +105,8 @@ driver_version:
   type: str
 tests:
   description:
-    - Each test with its category, name, status (pass, warn, fail, skipped, error) and per-GPU results
+    - Each test with its category, name, key (the name normalised, e.g. C(gpu_memory) -> C(memory)), status
+      (pass, warn, fail, skipped, error) and per-GPU results
       C({index, status, warnings [{message, error_id, severity, category}], info}); results for other entities
       (CPU, NvSwitch, the node) are under C(entities).
   returned: when dcgmi ran
