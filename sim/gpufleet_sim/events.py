@@ -2,7 +2,8 @@
 
 An event fires once per node state (a lost GPU stays lost until `sim/reset`, the simulated reboot), when a burn that
 loads at least one of its GPUs reaches `at.burn_fraction`. Kinds:
-  gpu_lost  GPUs fall off the bus: kernel lines in `kernel_style`, `spacing_ms` apart; nvidia-smi then reports them lost
+  gpu_lost  GPUs fall off the bus: kernel lines in `kernel_style` (per GPU: `kernel_styles`), `spacing_ms` apart;
+            nvidia-smi then reports them lost
   xid       kernel lines for one XID (`xid`, `body`, optional `repeat`, `spacing_s`); no effect on the burn
   errors    the burn sees `count` wrong results on the GPU (silent corruption): WARNING!, then FAULTY
 """
@@ -43,7 +44,7 @@ def fire(node, event_id, ev, targets, when=None):
             # A bad riser usually shows AER noise just before the GPU goes (not NVRM lines: not events).
             for pre in ev.get("pre_lines", []):
                 lines.append((n * spacing, pre.format(**klog.gpu_fields(gpu)), 3))
-            for line in klog.fallen_off_bus_lines(gpu, style):
+            for line in klog.fallen_off_bus_lines(gpu, ev.get("kernel_styles", {}).get(str(idx), style)):
                 lines.append((n * spacing + 0.00003, line, 4))
         lines += [(len(targets) * spacing + 0.0004, text, 4) for text in klog.CRASH_DUMP_LINES]
         node.mark_lost(targets, "gpu_lost", when)

@@ -103,7 +103,7 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
                 failures.append((rank, local, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %.2f GiB. "
                                  "GPU %d has a total capacity of %.2f GiB of which %.2f GiB is free. Including "
                                  "non-PyTorch memory, this process has %.2f GiB memory in use."
-                                 % (sopts["model_mb"] / 1024.0, local, g["memory_total_mib"] / 1024.0,
+                                 % (need / 1024.0, local, g["memory_total_mib"] / 1024.0,
                                     max(0, free) / 1024.0, 0.5)))
                 continue
             step = base_step * (1.8 if any(int(a["gpu"]) == g["index"] for a in node.scen["compute_apps"]) else 1.0)
