@@ -466,6 +466,22 @@ def _event_line(event):
                                                                                           event.get("pci"))))
 
 
+def _infer_lost_indices(node, lost):
+    """A lost GPU is missing from gpufleet_gpus (contracts): nvidia-smi numbers GPUs in PCI bus order, so when every
+    known GPU's index equals its position among known+lost addresses, the lost ones get their position as index."""
+    missing = [e for e in lost.values() if e["index"] is None and e["pci"]]
+    if not missing:
+        return
+    known = {g["pci"]: i for i, g in node.gpus.items() if g.get("pci")}
+    order = sorted(set(known) | {e["pci"] for e in missing})
+    if any(order.index(pci) != index for pci, index in known.items()):
+        return
+    for e in missing:
+        e["index"] = order.index(e["pci"])
+        e["why"] += ", index %d inferred from PCI bus order" % e["index"]
+        node.gpu(e["index"], e["pci"])
+
+
 def rule_xid_and_lost(node, results):
     t = node.t
     events, lost_entries = _xid_events(node, results)
@@ -484,6 +500,14 @@ def rule_xid_and_lost(node, results):
         if line:
             entry["evidence"].append(line)
 
+    for xid_facts in (_facts(node.hv, "gpufleet_xid"),):
+        ids = xid_facts.get("gpu_ids") if isinstance(xid_facts, dict) else None
+        for pci, info in (ids.items() if isinstance(ids, dict) else []):
+            index = node.pci_index.get(_norm_pci(pci))
+            if index is not None and isinstance(info, dict):
+                for key in ("uuid", "serial"):
+                    if info.get(key) and not node.gpus[index].get(key):
+                        node.gpus[index][key] = str(info[key])
     rma, leak, other = {}, {}, []
     for event in events:
         code = _int(event.get("xid"))
@@ -495,6 +519,8 @@ def rule_xid_and_lost(node, results):
             index = node.pci_index.get(pci)
         node.timeline.append({"time_s": when, "xid": code, "gpu": index, "pci": pci,
                               "severity": str(event.get("severity") or ""), "message": line[:300]})
+        if event.get("counted") is False:  # correlated with another event (XID 45 after 79): on the timeline only
+            continue
         if code in t["gpufleet_lost_xids"] or event.get("lost") is True:
             mark_lost(index, pci, when, line, "XID %s" % code if code is not None else "fell off the bus")
         elif code in t["gpufleet_rma_xids"]:
@@ -524,6 +550,8 @@ def rule_xid_and_lost(node, results):
                 match = re.search(r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)", text)
                 pci = match.group(1) if match else None
             mark_lost(_int(problem.get("index")), pci, None, problem.get("line") or problem.get("message"), "lost")
+
+    _infer_lost_indices(node, lost)
 
     # PSU rails: the GPUs of one rail lost together (in a short window, or the whole rail in this run).
     rails = t["gpufleet_psu_rails"] or {}
@@ -1062,6 +1090,7 @@ def evaluate_node(host, hv, in_play_hosts=None):
 
     reachable, why = reachability(hv, in_play_hosts)
     stage = hv.get("gpufleet_stage")
+    stage = str(stage) if stage is not None else None
     if not reachable:
         node.add("unreachable", "UNREACHABLE", "%s: %s" % (host, why),
                  "bring %s back (power, network, sshd), check the BMC/console log for a crash, then rerun from "

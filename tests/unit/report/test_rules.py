@@ -371,3 +371,38 @@ def test_junk_input_never_raises_and_never_passes_silently(hv):
     assert node["verdict"] in rules.SEVERITY_ORDER
     assert not any(f["code"] == "RULE_ERROR" for f in node["findings"]), node["findings"]
     json.dumps(node, allow_nan=False)
+
+
+def test_lost_gpus_absent_from_facts_get_their_index_from_pci_order():
+    """Preflight after a PSU loss: nvidia-smi no longer lists GPUs 4-7 (contracts), xid_facts names their PCI."""
+    hv = healthy("NVIDIA GeForce RTX 5090")
+    hv["ansible_facts"]["gpufleet_gpus"] = hv["ansible_facts"]["gpufleet_gpus"][:4]
+    hv["ansible_facts"]["gpufleet_gpu_count"] = 4
+    hv["ansible_facts"]["gpufleet_xid"] = fleet.xid(lost=[PCI[i] for i in (7, 5, 4, 6)])
+    hv["gpufleet_psu_rails"] = {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]}
+    node = rules.evaluate_node("node-x", hv)
+    assert node["worst"]["code"] == "PSU_RAIL_LOSS" and "PSU B" in node["worst"]["action"]
+    lost = {f["gpu"]: f["pci"] for f in node["findings"] if f["code"] == "GPU_LOST"}
+    assert lost == {4: PCI[4], 5: PCI[5], 6: PCI[6], 7: PCI[7]}
+    assert "inferred from PCI bus order" in node["findings"][1]["message"]
+
+
+def test_index_is_not_guessed_when_the_known_order_disagrees():
+    hv = healthy()
+    gpus = hv["ansible_facts"]["gpufleet_gpus"][:2]
+    gpus[0]["index"], gpus[1]["index"] = 1, 0  # not in PCI order: no inference
+    hv["ansible_facts"]["gpufleet_gpus"] = gpus
+    hv["ansible_facts"]["gpufleet_xid"] = fleet.xid(lost=[PCI[5]])
+    node = rules.evaluate_node("node-x", hv)
+    lost = [f for f in node["findings"] if f["code"] == "GPU_LOST"]
+    assert len(lost) == 1 and lost[0]["gpu"] is None and lost[0]["pci"] == PCI[5]
+    assert PCI[5] in lost[0]["message"]
+
+
+def test_correlated_xid_is_on_the_timeline_but_not_a_finding():
+    hv = healthy()
+    event = xid_event(45, 2, severity="warning")
+    event["counted"] = False
+    set_xid(hv, [event])
+    node = rules.evaluate_node("node-x", hv)
+    assert node["verdict"] == "pass" and [e["xid"] for e in node["xid_timeline"]] == [45]
