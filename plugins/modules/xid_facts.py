@@ -315,10 +315,26 @@ def _journal_failed(res):
     return None
 
 
+# journalctl filters in C: only NVRM entries (--grep, systemd >= 237) and only the fields we read (--output-fields,
+# systemd >= 236; the cursor, times and _BOOT_ID always come). That keeps a busy boot's kernel log far below the
+# output run_tool keeps. Older journalctl rejects the options: drop them one by one.
+_JOURNAL_EXTRAS = (("--grep=NVRM", ("grep", "pattern", "PCRE")),
+                   ("--output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP", ("output-fields",)))
+
+
+def _run_journalctl(base, window, timeout):
+    extras = [opt for opt, _ in _JOURNAL_EXTRAS]
+    res = run_tool(base + extras + window, timeout)
+    for opt, markers in _JOURNAL_EXTRAS:
+        if res.rc not in (0, None) and not res.timed_out and any(m in (res.stderr or "") for m in markers):
+            extras.remove(opt)
+            res = run_tool(base + extras + window, timeout)
+    return res
+
+
 def read_journal(exe, params, state, since, scanner_opts, notes):
     timeout = params["timeout"]
     base = [exe, "-o", "json", "--no-pager", "--all"]
-    fields = ["--output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP"]  # the cursor, times and _BOOT_ID always come
     prev = (state or {}).get("journal") or {}
     position_notes = []
     after_us = None
@@ -334,11 +350,7 @@ def read_journal(exe, params, state, since, scanner_opts, notes):
         window = ["--since=@%d" % int(since.timestamp()), "_TRANSPORT=kernel"]
     else:
         window = ["-k"]  # current boot, kernel transport
-    argv = base + fields + window
-    res = run_tool(argv, timeout)
-    if res.rc not in (0, None) and "output-fields" in (res.stderr or ""):
-        argv = base + window  # systemd < 236 has no --output-fields
-        res = run_tool(argv, timeout)
+    res = _run_journalctl(base, window, timeout)
     failure = _journal_failed(res)
     if failure and prev.get("cursor") and not res.timed_out and not res.error:
         # The cursor points into a rotated/vacuumed journal file: resume from the saved time instead.
@@ -350,8 +362,7 @@ def read_journal(exe, params, state, since, scanner_opts, notes):
             window = ["-k"]
         position_notes.append("the journal cursor of the last run is gone (%s): read from the saved time %s instead"
                               % (failure, _iso_us(saved_us) if saved_us else "(none saved: current boot)"))
-        argv = base + fields + window
-        res = run_tool(argv, timeout)
+        res = _run_journalctl(base, window, timeout)
         failure = _journal_failed(res)
     if failure:
         raise ReadError(failure + ". Fix: run with become: true (the system journal needs root or the "

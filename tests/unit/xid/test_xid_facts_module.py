@@ -208,8 +208,22 @@ def test_journal_current_boot_by_default(tmp_path, bin_dir):
     assert facts["source"] == "journal"
     assert [e["xid"] for e in facts["events"]] == [48]  # -k: the current (second) boot only
     argv = json.loads((tmp_path / "argv.log").read_text().splitlines()[-1])
-    assert "-k" in argv and "-o" in argv and "json" in argv
+    assert "-k" in argv and "-o" in argv and "json" in argv and "--grep=NVRM" in argv
     assert res["tool"]["rc"] == 0
+
+
+def test_journal_without_grep_support_retries_without_it(tmp_path, bin_dir):
+    shutil.copy(FIX / "journal_two_boots.json", tmp_path / "journal.json")
+    old = bin_dir / "journalctl"
+    old.write_text(old.read_text().replace(
+        'if os.environ.get("XID_TEST_JOURNAL_BROKEN"):',
+        "if any(a.startswith('--grep') for a in args):\n"
+        "    sys.stderr.write('Compiled without pattern matching support\\n'); sys.exit(1)\n"
+        'if os.environ.get("XID_TEST_JOURNAL_BROKEN"):'))
+    facts = _facts(run_module("xid_facts", {"source": "journal"}, env=_env(tmp_path), path_prepend=[bin_dir]))
+    assert [e["xid"] for e in facts["events"]] == [48]
+    calls = [json.loads(x) for x in (tmp_path / "argv.log").read_text().splitlines()]
+    assert "--grep=NVRM" in calls[0] and "--grep=NVRM" not in calls[-1]
 
 
 def test_journal_incremental_across_a_reboot_no_miss_no_repeat(tmp_path, bin_dir):
