@@ -53,7 +53,8 @@ _SUMMARY_FIELD = re.compile(r"^\s{0,4}(?P<key>time|host|rank|exitcode|error_file
 _SUMMARY_RANK = re.compile(r"(?P<rank>-?\d+)(?:\s*\(local_rank:\s*(?P<local>-?\d+)\))?")
 _SUMMARY_EXIT = re.compile(r"(?P<exit>-?\d+)(?:\s*\(pid:\s*(?P<pid>\d+)\))?")
 _SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
-_OOM = re.compile(r"(?:OutOfMemoryError|CUDA out of memory|CUDA error: out of memory)")
+# The message, not a source line of a traceback (`raise torch.OutOfMemoryError(` has no colon after the name).
+_OOM = re.compile(r"(?:OutOfMemoryError:|CUDA out of memory|CUDA error: out of memory)")
 _SIZE = r"(?P<{0}>\d+(?:\.\d+)?)\s*(?P<{0}_unit>[KMGT]i?B|bytes)"
 _OOM_TRIED = re.compile(r"Tried to allocate " + _SIZE.format("v"))
 _OOM_GPU = re.compile(r"GPU (?P<gpu>\d+)")
@@ -164,6 +165,11 @@ def _parse_oom(line, who):
         "neighbour_suspected": len(processes) > 1,
         "line": line.strip()[:1000],
     }
+
+
+def _detail(oom):
+    return sum(1 for k in ("gpu", "tried_to_allocate_mib", "total_capacity_mib", "free_mib") if oom[k] is not None) \
+        + len(oom["processes"])
 
 
 def _summary_record(section):
@@ -342,9 +348,16 @@ def parse_torch_log(text, world_size=None):
             continue
 
         if _OOM.search(line):
-            result["oom"].append(_parse_oom(line, who))
+            oom = _parse_oom(line, who)
+            same = [o for o in result["oom"] if o["rank"] == oom["rank"] and o["gpu"] in (oom["gpu"], None)
+                    and o["tried_to_allocate_mib"] in (oom["tried_to_allocate_mib"], None)]
+            if same:  # the same OOM restated (exception chain, logger): keep the more detailed record
+                if _detail(oom) > _detail(same[0]):
+                    result["oom"][result["oom"].index(same[0])] = oom
+            else:
+                result["oom"].append(oom)
             _add_evidence(result, line)
-            continue
+            # no continue: the OOM line is also that rank's exception
 
         match = _EXCEPTION.match(stripped)
         if match and not stripped.startswith(("File ", "Traceback")):

@@ -1,0 +1,199 @@
+"""kentino.gpufleet.train_dryrun run as Ansible runs it.
+
+Fast tests use stand-in torchrun/nvidia-smi scripts replaying fixture logs. The tests marked `slow` run the real
+torchrun of .venv-torch (CPU torch 2.13, gloo, 2 ranks) with the shipped script and with failing/hanging
+entrypoints; they skip only when .venv-torch is absent.
+"""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from helpers.module_runner import REPO, run_module
+
+FIX = REPO / "tests" / "fixtures" / "torch"
+ENTRY = FIX / "entrypoints"
+TORCHRUN = REPO / ".venv-torch" / "bin" / "torchrun"
+needs_torch = pytest.mark.skipif(
+    not TORCHRUN.exists(),
+    reason=".venv-torch absent: create it with `/usr/bin/python3.11 -m venv .venv-torch && "
+           ".venv-torch/bin/pip install torch==2.13.0`")
+
+
+def stand_in(tmp_path, name, body):
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    tool = bindir / name
+    tool.write_text("#!/bin/sh\n" + body)
+    tool.chmod(0o755)
+    return tool
+
+
+def replay_torchrun(tmp_path, fixture, rc):
+    """A torchrun that records its argv and prints a recorded log on stderr, then exits rc."""
+    return stand_in(tmp_path, "torchrun", 'echo "$@" > %s/torchrun.argv\ncat %s >&2\nexit %d\n'
+                    % (tmp_path, FIX / fixture, rc))
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- fast: no torch needed
+
+def test_check_mode_plans_and_runs_nothing(tmp_path):
+    torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
+    r = run_module("train_dryrun", {"executable": str(torchrun), "nproc_per_node": "4", "master_port": 29611},
+                   check_mode=True)
+    assert r["verdict"] == "skipped" and r["tool"]["rc"] is None
+    assert r["tool"]["argv"][:6] == [str(torchrun), "--nnodes=1", "--nproc-per-node=4", "--max-restarts=0",
+                                     "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29611"]
+    assert not (tmp_path / "torchrun.argv").exists()
+
+
+def test_nproc_gpu_counts_nvidia_smi(tmp_path):
+    stand_in(tmp_path, "nvidia-smi", 'echo "GPU 0: NVIDIA GeForce RTX 5090 (UUID: GPU-aaaa)"\n'
+             'echo "GPU 1: NVIDIA GeForce RTX 5090 (UUID: GPU-bbbb)"\necho "GPU 2: NVIDIA GeForce RTX 5090 (UUID: GPU-cc)"\n')
+    torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
+    r = run_module("train_dryrun", {"executable": str(torchrun)}, check_mode=True, path_prepend=[tmp_path / "bin"],
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r["world_size"] == 3 and "--nproc-per-node=3" in r["tool"]["argv"] and "--standalone" in r["tool"]["argv"]
+    assert any("3 GPUs from nvidia-smi" in n for n in r["notes"])
+    r = run_module("train_dryrun", {"executable": str(torchrun), "env": {"CUDA_VISIBLE_DEVICES": "4,5"}},
+                   check_mode=True, path_prepend=[tmp_path / "bin"])
+    assert r["world_size"] == 2
+
+
+def test_nproc_gpu_without_nvidia_smi_is_one(tmp_path):
+    torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
+    r = run_module("train_dryrun", {"executable": str(torchrun)}, check_mode=True,
+                   env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
+    assert r["world_size"] == 1 and any("no nvidia-smi" in n for n in r["notes"])
+
+
+def test_failing_nvidia_smi_is_error(tmp_path):
+    stand_in(tmp_path, "nvidia-smi", 'echo "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. '
+             'Reboot the system to recover this GPU"\nexit 15\n')
+    torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
+    r = run_module("train_dryrun", {"executable": str(torchrun)}, path_prepend=[tmp_path / "bin"],
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r["verdict"] == "error" and "GPU is lost" in r["reasons"][0]
+    assert not (tmp_path / "torchrun.argv").exists()
+
+
+def test_missing_torchrun_and_entrypoint_are_errors(tmp_path):
+    r = run_module("train_dryrun", {"executable": "/nonexistent/torchrun", "nproc_per_node": "1"})
+    assert r["verdict"] == "error" and "torchrun not found" in r["reasons"][0]
+    torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
+    r = run_module("train_dryrun", {"executable": str(torchrun), "nproc_per_node": "1",
+                                    "entrypoint": str(tmp_path / "train.py")})
+    assert r["verdict"] == "error" and "does not exist on this node" in r["reasons"][0]
+
+
+def test_invalid_nproc_fails_module():
+    r = run_module("train_dryrun", {"nproc_per_node": "eight"})
+    assert r.get("failed") is True and "nproc_per_node" in r["msg"]
+
+
+def test_replayed_nccl_watchdog_names_the_culprit(tmp_path):
+    torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
+    r = run_module("train_dryrun", {"executable": str(torchrun), "nproc_per_node": "4", "timeout": 60})
+    assert r["verdict"] == "fail" and not r.get("failed")
+    assert r["watchdog"]["culprit_rank"] == 3
+    assert any(x.startswith("culprit: rank 3 never enqueued work 7753") for x in r["reasons"])
+    assert any("rank 1 failed first (exitcode -6): SIGABRT" in x for x in r["reasons"])
+    assert any("_REDUCE_SCATTER_BASE (seq 7753) timed out after 600000 ms" in x for x in r["reasons"])
+    assert any("exitcode  : -6" in e for e in r["evidence"])
+    assert r["missing_ranks"] == [0, 1, 2, 3]  # shipped script: nobody printed a result line
+
+
+def test_replayed_oom_gives_remedies(tmp_path):
+    torchrun = replay_torchrun(tmp_path, "oom_torch25_neighbour.log", 1)
+    r = run_module("train_dryrun", {"executable": str(torchrun), "nproc_per_node": "4", "timeout": 60})
+    assert r["verdict"] == "fail"
+    oom_reason = [x for x in r["reasons"] if x.startswith("CUDA out of memory in rank 3 on GPU 3")][0]
+    assert "neighbour" in oom_reason and "48211,51877" in oom_reason
+    assert any("expandable_segments" in x for x in r["remedies"])
+    assert any("gradient" in x for x in r["remedies"]) and any("micro-batch" in x for x in r["remedies"])
+
+
+# ---------------------------------------------------------------- slow: the real torchrun, CPU torch, gloo
+
+@pytest.mark.slow
+@needs_torch
+def test_real_shipped_script_two_ranks_pass():
+    r = run_module("train_dryrun", {"executable": ".venv-torch/bin/torchrun", "nproc_per_node": "2",
+                                    "backend": "gloo", "model_mb": 16, "timeout": 180})
+    assert r["verdict"] == "pass", (r["reasons"], r["output_tail"])
+    assert r["world_size"] == 2 and [x["rank"] for x in r["ranks"]] == [0, 1]
+    for rank in r["ranks"]:
+        assert rank["allreduce_ok"] is True and rank["backend"] == "gloo" and rank["device"] == "cpu"
+        assert rank["step_time_s"] > 0 and rank["model_mib"] == pytest.approx(16, rel=0.05)
+    assert r["step_time_s"] == max(x["step_time_s"] for x in r["ranks"])
+    assert r["tool"]["rc"] == 0 and r["missing_ranks"] == [] and r["leftover_pids_killed"] == []
+    assert not Path(r["entrypoint"]).exists()  # the temp script is removed
+
+
+@pytest.mark.slow
+@needs_torch
+def test_real_entrypoint_raising_on_rank1_fails_with_evidence():
+    r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
+                                    "entrypoint": str(ENTRY / "raise_on_rank1.py"), "timeout": 180})
+    assert r["verdict"] == "fail"
+    assert any(x == "rank 1 failed first (exitcode 1): RuntimeError: dry-run test failure on rank 1"
+               for x in r["reasons"]), r["reasons"]
+    assert r["watchdog"]["root_cause"]["rank"] == 1
+    assert any("RuntimeError: dry-run test failure on rank 1" in e for e in r["evidence"])
+
+
+@pytest.mark.slow
+@needs_torch
+def test_real_stuck_collective_points_at_the_rank_that_never_arrived():
+    r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
+                                    "entrypoint": str(ENTRY / "stuck_collective.py"), "timeout": 180})
+    assert r["verdict"] == "fail"
+    assert r["watchdog"]["root_cause"]["rank"] == 0  # torchrun blames the rank that noticed
+    assert r["watchdog"]["culprit_rank"] == 1  # the module names the one that never arrived
+    assert any(x.startswith("culprit: rank 1 reported no timeout") for x in r["reasons"])
+
+
+@pytest.mark.slow
+@needs_torch
+def test_real_oom_exception_is_recognised():
+    r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
+                                    "entrypoint": str(ENTRY / "oom_rank0.py"), "timeout": 180})
+    assert r["verdict"] == "fail"
+    assert len(r["oom"]) == 1, r["oom"]  # the traceback's source line is not a second OOM
+    assert r["oom"][0]["rank"] == 0 and r["oom"][0]["neighbour_suspected"] is True
+    assert r["oom"][0]["tried_to_allocate_mib"] == 2048.0
+    assert r["remedies"]
+    assert r["watchdog"]["root_cause"]["exception"]["type"] == "torch.OutOfMemoryError"
+
+
+@pytest.mark.slow
+@needs_torch
+def test_real_own_entrypoint_protocol_and_slow_rank_warns(tmp_path):
+    r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
+                                    "entrypoint": str(ENTRY / "report_slow_rank.py"), "timeout": 180})
+    assert r["verdict"] == "warn", r["reasons"]
+    assert any(x.startswith("rank 1 on cpu cpu took 1.000 s") for x in r["reasons"])
+    assert r["step_time_s"] == 1.0
+
+
+@pytest.mark.slow
+@needs_torch
+def test_real_hang_times_out_and_leaves_no_process(tmp_path):
+    started = time.monotonic()
+    r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
+                                    "entrypoint": str(ENTRY / "hang.py"), "args": [str(tmp_path)], "timeout": 12})
+    assert r["verdict"] == "error" and r["tool"]["timed_out"] is True
+    assert "timed out after 12 s" in r["reasons"][0]
+    pids = [int((tmp_path / ("rank%d.pid" % i)).read_text()) for i in range(2)]
+    assert not [p for p in pids if alive(p)], "workers survived the timeout"
+    assert time.monotonic() - started < 100
+    assert os.environ.get("GPUFLEET_DRYRUN_ID") is None
