@@ -88,6 +88,9 @@ notes:
   - Reading the kernel log needs root on most systems (C(kernel.dmesg_restrict=1), the journal's system files):
     use C(become: true).
   - Supports check mode; the state file is read but not written.
+  - With the journal, journalctl itself keeps only NVRM entries (C(--grep), systemd 237+; older versions are retried
+    without it), so a long boot's kernel log stays far below the 4 MiB of tool output the module keeps.
+  - dmesg lines carry only the uptime; their time is the boot time plus the uptime (approximate after a suspend).
 """
 
 EXAMPLES = r"""
