@@ -197,3 +197,28 @@ def test_real_hang_times_out_and_leaves_no_process(tmp_path):
     assert not [p for p in pids if alive(p)], "workers survived the timeout"
     assert time.monotonic() - started < 100
     assert os.environ.get("GPUFLEET_DRYRUN_ID") is None
+
+
+def test_sweep_kills_orphans_carrying_the_marker():
+    """The safety net for workers that outlive torchrun: SIGTERM ignored, own session, marker in the environment."""
+    import importlib
+    import subprocess
+    import sys
+    mod = importlib.import_module("ansible_collections.kentino.gpufleet.plugins.modules.train_dryrun")
+    marker = "test%d" % os.getpid()
+    code = "import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, GPUFLEET_DRYRUN_ID=marker),
+                            start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while proc.pid not in mod._marked_pids(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mod._sweep(marker) == [proc.pid]
+        assert proc.wait(timeout=5) == -9
+        assert other.poll() is None  # a process without the marker is left alone
+    finally:
+        for p in (proc, other):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
