@@ -253,7 +253,9 @@ class Burn:
         next_report = 10.0
         pending = events.pending(self.node, gpu_idx)
         last = start
+        frame_no = 0
         while True:
+            frame_no += 1
             time.sleep(frame_dt)
             now = time.time()
             sim_elapsed = (now - start) / scale
@@ -275,7 +277,8 @@ class Burn:
                 self.carry[w] -= done
                 self.calcs[w] += done
                 self.gflops[w] = gf
-            self._frame(elapsed_pct, view, temps_known=elapsed_pct >= 2.0)
+            # The first frames come before the first nvidia-smi temperature poll answers: "-- " like the real tool.
+            self._frame(elapsed_pct, view, temps_known=frame_no > 2)
             for w in range(len(self.workers)):
                 if self.errors[w]:
                     self.faulty[w] = True

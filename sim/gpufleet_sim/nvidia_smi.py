@@ -207,12 +207,12 @@ def parse_args(argv):
     i = 0
     while i < len(argv):
         arg = argv[i]
-        key, _, val = arg.partition("=")
+        key, _, inline = arg.partition("=")
 
-        def value():
+        def value(inline=inline):
             nonlocal i
-            if val:
-                return val
+            if inline:
+                return inline
             i += 1
             return argv[i] if i < len(argv) else ""
         if key in ("--query-gpu",):

@@ -142,7 +142,7 @@ def _step_time(node, sopts):
 
 def _agent_failure(node, o, failures, pid, out, err):
     when = time.strftime("%Y-%m-%d_%H:%M:%S", time.localtime())
-    for rank, local, msg in failures:
+    for rank, _local, msg in failures:
         prefix = "[rank%d]: " % rank
         err.write("%sTraceback (most recent call last):\n%s  File \"%s\", line 79, in <module>\n%s    "
                   "sys.exit(main())\n" % (prefix, prefix, o["script"], prefix))
