@@ -540,6 +540,16 @@ def rule_xid_and_lost(node, results):
     for name in ("samples", "gpu_burn", "facts"):  # a GPU lost during the burn shows in the sampler's problems
         if isinstance(results.get(name), dict):
             problems += _as_list(results[name].get("problems"))
+    # Other tools say it too ("GPU 3 (00000000:C1:00.0) is inaccessible: GPU is lost" from dcgmi, NCCL, torch).
+    for name, res in sorted(results.items()):
+        if not isinstance(res, dict):
+            continue
+        for line in _strs(res.get("reasons"), 60) + _strs(res.get("evidence"), 60):
+            low = line.lower()
+            if "gpu is lost" in low or "fallen off the bus" in low:
+                match = re.search(r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)", line)
+                if match:
+                    mark_lost(None, match.group(1), None, "%s: %s" % (name, line), "lost (%s)" % name)
     for problem in problems:
         if not isinstance(problem, dict):
             continue
