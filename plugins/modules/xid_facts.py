@@ -85,8 +85,8 @@ options:
       - Path of dmesg, when it is not on PATH.
     type: str
 notes:
-  - Reading the kernel log needs root on most systems (C(kernel.dmesg_restrict=1), the journal's system files):
-    use C(become: true).
+  - "Reading the kernel log needs root on most systems (C(kernel.dmesg_restrict=1), the journal's system files):
+    use C(become: true)."
   - Supports check mode; the state file is read but not written.
   - With the journal, journalctl itself keeps only NVRM entries (C(--grep), systemd 237+; older versions are retried
     without it), so a long boot's kernel log stays far below the 4 MiB of tool output the module keeps.
