@@ -1020,6 +1020,9 @@ def rule_simple_check(node, name, res):
     elif name == "env":
         missing = _strs(_first(res, "missing", "missing_vars") or
                         _first(_first(res, "ansible_facts", default={}).get("gpufleet_training_env") or {}, "missing"))
+        if not missing:  # training_env_facts: variables [{name, status}] (ok, missing, wrong, systemd_missing, ...)
+            missing = [str(v.get("name")) for v in _as_list(res.get("variables")) if isinstance(v, dict)
+                       and v.get("status") in ("missing", "wrong", "systemd_missing", "unset", "deprecated")]
         what = ", ".join(missing) if missing else why
         code, action = "ENV_MISSING", ("set %s for the training user on %s (role kentino.gpufleet.training_env)"
                                        % (what, node.host))

@@ -406,3 +406,15 @@ def test_correlated_xid_is_on_the_timeline_but_not_a_finding():
     set_xid(hv, [event])
     node = rules.evaluate_node("node-x", hv)
     assert node["verdict"] == "pass" and [e["xid"] for e in node["xid_timeline"]] == [45]
+
+
+def test_env_names_the_variables_from_training_env_facts():
+    hv = healthy()
+    hv["gpufleet_result_env"] = {"verdict": "fail", "reasons": ["TORCH_NCCL_ASYNC_ERROR_HANDLING missing in systemd"],
+                                 "evidence": ["(absent) TORCH_NCCL_ASYNC_ERROR_HANDLING"],
+                                 "variables": [{"name": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "status": "systemd_missing"},
+                                               {"name": "TORCH_NCCL_TRACE_BUFFER_SIZE", "status": "ok"}]}
+    node = rules.evaluate_node("node-x", hv)
+    finding = node["worst"]
+    assert node["verdict"] == "fail" and finding["code"] == "ENV_MISSING"
+    assert "set TORCH_NCCL_ASYNC_ERROR_HANDLING for" in finding["action"] and "TRACE_BUFFER" not in finding["action"]
