@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[3]
 def _texts(node, path, out):
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("description", "notes", "short_description"):
+            named_entry = isinstance(value, dict) and "description" in value  # a return value called "notes"
+            if key in ("description", "notes", "short_description") and not named_entry:
                 for item in value if isinstance(value, list) else [value]:
                     if not isinstance(item, str):
                         out.append("%s.%s: %r" % (path, key, item))
