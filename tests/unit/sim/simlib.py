@@ -5,7 +5,6 @@ Run the sim's stand-ins as real subprocesses, one fresh node state per test (tmp
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]

@@ -33,7 +33,7 @@ def test_query_gpu_rows_match_the_real_shape(sim, scenario):
     assert len(rows) == 8
     for row in rows:
         assert len(row) == len(names), row
-        for name, cell in zip(names, row):
+        for name, cell in zip(names, row, strict=True):
             assert re.fullmatch(CELL[name], cell), (scenario, name, cell)
     buses = [r[names.index("pci.bus_id")] for r in rows]
     assert len(set(buses)) == 8
@@ -143,7 +143,7 @@ def test_temperature_and_power_rise_under_load(sim):
     idle = _query(sim, "healthy_h100", "temperature.gpu,power.draw,utilization.gpu")
     loaded = _during_burn(sim, "healthy_h100", lambda: _query(sim, "healthy_h100",
                                                               "temperature.gpu,power.draw,utilization.gpu"))
-    for before, after in zip(idle, loaded):
+    for before, after in zip(idle, loaded, strict=True):
         assert int(after[0]) >= int(before[0]) + 20
         assert float(after[1]) > 600 > float(before[1])
         assert after[2] == "100" and before[2] == "0"
