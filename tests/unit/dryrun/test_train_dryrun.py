@@ -71,8 +71,10 @@ def test_nproc_gpu_counts_nvidia_smi(tmp_path):
 
 def test_nproc_gpu_without_nvidia_smi_is_one(tmp_path):
     torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
+    empty = tmp_path / "empty"
+    empty.mkdir()
     r = run_module("train_dryrun", {"executable": str(torchrun)}, check_mode=True,
-                   env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
+                   env={"PATH": str(empty), "CUDA_VISIBLE_DEVICES": ""})
     assert r["world_size"] == 1 and any("no nvidia-smi" in n for n in r["notes"])
 
 
