@@ -141,11 +141,12 @@ def find_mount(mounts, path):
 
     Among visible mounts (stacking resolved), the longest target that is a path-component prefix of path.
     """
+    # Only mounts whose target is an ancestor of path matter, and anything that hides one of them is itself an
+    # ancestor of path: stacking is resolved among those few (a node with thousands of overlay mounts stays fast).
+    candidates = [e for e in mounts or [] if isinstance(e.get("target"), str) and _is_under(path, e["target"])]
     best = None
-    for entry in visible_mounts(mounts):
+    for entry in visible_mounts(candidates):
         target = entry["target"]
-        if not _is_under(path, target):
-            continue
         if best is None or len(target.rstrip("/")) > len(best["target"].rstrip("/")):
             best = entry
     return best

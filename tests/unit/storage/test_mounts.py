@@ -129,3 +129,14 @@ def test_fuzz_proc_mounts(text):
 def test_fuzz_findmnt(doc):
     parsed = parse_findmnt_json(json.dumps(doc))
     find_mount(parsed["mounts"], "/")
+
+
+def test_many_mounts_stay_fast():
+    import time
+    lines = ["/dev/vda / ext4 rw 0 0"] + ["overlay /run/containerd/%d/rootfs overlay rw 0 0" % i for i in range(5000)]
+    lines.append("/dev/nvme1n1p1 /mnt/nvme ext4 ro 0 0")
+    mounts = parse_proc_mounts("\n".join(lines))["mounts"]
+    started = time.perf_counter()
+    for _ in range(20):
+        assert find_mount(mounts, "/mnt/nvme/ckpt")["read_only"] is True
+    assert time.perf_counter() - started < 2.0
