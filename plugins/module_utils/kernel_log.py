@@ -225,6 +225,7 @@ class XidScanner:
         self._pending_gpu = None  # [pci, lines left] of "NVRM: The NVIDIA GPU <pci>" awaiting "fallen off the bus"
         self._pending_uuid_pci = None
         self.last_journal = None  # last JournalRecord read (position for incremental reads)
+        self._result = None
 
     # ---- problems -------------------------------------------------------------------------------------------
     def _unparsed(self, reason, line):
@@ -585,7 +586,9 @@ class XidScanner:
 
     # ---- output ---------------------------------------------------------------------------------------------
     def result(self):
-        """{events, lost_gpus, gpu_ids, summary, highest_severity, unparsed} (see docs/contracts.md)."""
+        """{events, lost_gpus, gpu_ids, summary, highest_severity, unparsed} (see docs/contracts.md). Call it last."""
+        if self._result is not None:  # synthetic events are added once
+            return self._result
         xid79 = {e["pci"] for e in self.events if e["xid"] == 79}
         xid79.update(p for p, e in self._last_by_pci.items() if e["xid"] == 79)
         for pci, lost in sorted(self.lost.items(), key=lambda kv: kv[1]["seq"]):
@@ -620,7 +623,7 @@ class XidScanner:
         counted = [s for s, n in self.counts_by_severity.items() if n]
         highest = max(counted, key=_rank) if counted else "none"
         lost_gpus = sorted(set(self.lost) | xid79 - {None})
-        return {
+        self._result = {
             "events": events,
             "lost_gpus": lost_gpus,
             "gpu_ids": {pci: dict(v) for pci, v in sorted(self.gpu_ids.items())},
@@ -644,6 +647,7 @@ class XidScanner:
                 "samples": list(self.unparsed_samples),
             },
         }
+        return self._result
 
 
 def parse_kernel_log(text, **options):

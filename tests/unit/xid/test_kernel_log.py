@@ -297,3 +297,11 @@ def test_gzip_detection_by_magic_not_name(tmp_path):
         scanner = XidScanner()
         scanner.scan_binary(fh)
     assert scanner.result()["lost_gpus"] == ["0000:29:00"]
+
+
+def test_result_is_stable_when_asked_twice():
+    scanner = XidScanner()
+    for line in (FIX / "fallen_off_single.log").read_text().splitlines():
+        scanner.feed_line(line)
+    assert scanner.result() == scanner.result()
+    assert scanner.result()["summary"]["by_code"] == {"79": 1}
