@@ -130,7 +130,7 @@ evidence:
   type: list
   elements: str
 tool:
-  description: The last health tool run (argv, rc, timed_out, duration_s, error); argv empty when none ran.
+  description: The last health tool run (argv, rc, timed_out, duration_s, error); argv empty when none ran (see notes).
   returned: always
   type: dict
 path:
@@ -468,7 +468,7 @@ def main():
           "read_mb_per_s": None, "verified": None, "error": None, "errno": None, "stage": None, "file": None}
     figures = {"estimated_checkpoint_s": None, "overhead_pct": None, "worst_case_lost_min": p["interval_min"]}
     devices = []
-    tool = planned_tool([], error="no health tool run")
+    tool = planned_tool([])  # argv [] = no health tool ran (none applies or none installed: see notes)
 
     def finish():
         module.exit_json(**build_result(findings.verdict(), findings.reasons, findings.evidence, tool,

@@ -497,6 +497,13 @@ def main():
                                     "status": r["status"], "step_time_s": r["step_time_s"],
                                     "memory_peak_mib": r["memory_peak_mib"]})
 
+    for oom in parsed["oom"]:
+        # CUDA's "GPU N" is the process's device N, i.e. the local rank's GPU under PCI_BUS_ID order.
+        index = oom["gpu"] if oom["gpu"] is not None else None
+        if index is not None and index not in [g["index"] for g in figures["gpus"]]:
+            figures["gpus"].append({"index": index, "rank": oom["rank"], "device_name": None, "status": "fail",
+                                    "step_time_s": None, "memory_peak_mib": None, "finding": "out of memory"})
+
     problem = run_problem(res, "torchrun", p["timeout"])
     if problem:
         verdict, reason, tail = problem

@@ -121,6 +121,7 @@ def test_replayed_oom_gives_remedies(tmp_path):
     oom_reason = [x for x in r["reasons"] if x.startswith("CUDA out of memory in rank 3 on GPU 3")][0]
     assert "neighbour" in oom_reason and "48211,51877" in oom_reason
     assert any("expandable_segments" in x for x in r["remedies"])
+    assert [(g["index"], g["status"]) for g in r["gpus"]] == [(3, "fail")]
     assert any("gradient" in x for x in r["remedies"]) and any("micro-batch" in x for x in r["remedies"])
 
 
