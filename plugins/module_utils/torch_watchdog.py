@@ -153,16 +153,20 @@ def _note_unparsed(result, line, reason):
 def _parse_oom(line, who):
     processes = [{"pid": int(m.group("pid")), "used_mib": _mib(m, "v")} for m in _OOM_PROCESS.finditer(line)]
     gpu = _OOM_GPU.search(line)
+    total, free, this = _size_mib(_OOM_TOTAL, line), _size_mib(_OOM_FREE, line), _size_mib(_OOM_THIS, line)
+    # Memory neither free nor ours: another process (or a leaked context) holds it.
+    others = round(total - free - this, 2) if None not in (total, free, this) else None
     return {
         "rank": who["rank"],
         "gpu": int(gpu.group("gpu")) if gpu else None,
         "tried_to_allocate_mib": _size_mib(_OOM_TRIED, line),
-        "total_capacity_mib": _size_mib(_OOM_TOTAL, line),
-        "free_mib": _size_mib(_OOM_FREE, line),
-        "this_process_used_mib": _size_mib(_OOM_THIS, line),
+        "total_capacity_mib": total,
+        "free_mib": free,
+        "this_process_used_mib": this,
+        "other_processes_mib": others,
         "processes": processes,
-        # Two or more processes holding memory on the GPU: a neighbour that should have been stopped.
-        "neighbour_suspected": len(processes) > 1,
+        # Two or more processes on the GPU, or > 1 GiB held by someone else: a neighbour that should be gone.
+        "neighbour_suspected": len(processes) > 1 or (others is not None and others > 1024),
         "line": line.strip()[:1000],
     }
 

@@ -328,9 +328,12 @@ def _judge_failure(findings, parsed, remedies, verdict="fail"):
             detail.append("tried to allocate %.0f MiB" % oom["tried_to_allocate_mib"])
         if oom["free_mib"] is not None:
             detail.append("%.0f MiB free" % oom["free_mib"])
-        if oom["neighbour_suspected"]:
+        if oom["neighbour_suspected"] and len(oom["processes"]) > 1:
             detail.append("%d processes hold memory on this GPU (pids %s): a neighbour process" % (
                 len(oom["processes"]), ",".join(str(p["pid"]) for p in oom["processes"])))
+        elif oom["neighbour_suspected"]:
+            detail.append("%.0f MiB held by other processes: a neighbour process (nvidia-smi shows its PID)"
+                          % oom["other_processes_mib"])
         findings.add(verdict, "CUDA out of memory in %s%s (%s): %s" % (where, gpu, "; ".join(detail) or "no detail",
                                                                        "; ".join(OOM_REMEDIES[:3])), oom["line"])
         if not remedies:

@@ -96,6 +96,17 @@ def test_oom_new_wording_with_neighbour():
     assert oom["neighbour_suspected"] is True
 
 
+def test_oom_memory_held_by_others_suggests_a_neighbour():
+    line = ("[rank4]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 78.62 GiB. GPU 4 has a total "
+            "capacity of 79.65 GiB of which 49.63 GiB is free. Including non-PyTorch memory, this process has 0.50 GiB "
+            "memory in use.")
+    oom = parse_torch_log(line)["oom"][0]
+    assert oom["other_processes_mib"] == round((79.65 - 49.63 - 0.50) * 1024, 2)
+    assert oom["neighbour_suspected"] is True and oom["processes"] == []
+    quiet = parse_torch_log(line.replace("49.63 GiB is free", "79.00 GiB is free"))["oom"][0]
+    assert quiet["neighbour_suspected"] is False
+
+
 def test_oom_old_wording():
     oom = parse("oom_torch1x.log")["oom"][0]
     assert oom["gpu"] == 0 and oom["tried_to_allocate_mib"] == 20.0
