@@ -4,6 +4,8 @@ import json
 import re
 import time
 
+from simlib import SIM
+
 FRAME = re.compile(r"^(\d{1,3}\.\d)%  proc'd: (?P<proc>.*?)  errors: (?P<err>.*?)  temps: (?P<temps>.*?)"
                    r"(?:  power: (?P<power>.*))?$")
 PROC = re.compile(r"(-?\d+) \((\d+) Gflop/s\) ")
@@ -104,3 +106,17 @@ def test_power_column_and_neighbour_slows_its_gpu(sim):
     gflops = [int(g) for _p, g in PROC.findall(last.group("proc"))]
     assert gflops[4] < 0.7 * gflops[0]
     assert "Initialized device 4 with 81559 MB of memory (50819 MB available" in res.stdout
+
+
+def test_init_failure_still_prints_ok_and_silent_errors_make_faulty(sim, tmp_path):
+    scen = json.loads((SIM / "scenarios" / "healthy_h100.json").read_text())
+    scen["gpu_burn"] = {"init_fail_gpus": [1]}
+    scen["events"] = [{"kind": "errors", "gpus": [6], "count": 3, "at": {"burn_fraction": 0.5}}]
+    path = tmp_path / "quirky.json"
+    path.write_text(json.dumps(scen))
+    res = sim.run(str(path), "gpu_burn", "400")
+    assert "Couldn't init a GPU test" in res.stderr
+    assert "\tGPU 1: OK" in res.stdout  # never initialised, never worked, yet "OK": the trap
+    assert PROC.findall(frames(res.stdout)[-1].group("proc"))[1] == ("0", "0")
+    assert "\tGPU 6: FAULTY" in res.stdout and any("(WARNING!)" in f.group("err") for f in frames(res.stdout))
+    assert res.returncode == 0

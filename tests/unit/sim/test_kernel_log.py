@@ -95,3 +95,15 @@ def test_kernel_traps_per_scenario(sim):
     assert sum(": 92, " in str(m) for m in leak) == 11 and sum(": 63, " in str(m) for m in leak) == 2
     ro = [r["MESSAGE"] for r in journal(sim, "checkpoint_readonly", "-k", "-o", "json")]
     assert "EXT4-fs (nvme1n1p1): Remounting filesystem read-only" in ro
+
+
+def test_cursor_file_resumes_where_the_last_read_stopped(sim, tmp_path):
+    cur = tmp_path / "cursor"
+    first = journal(sim, "psu_rail_b", "-k", "-o", "json", "--cursor-file", str(cur))
+    assert first and cur.read_text() == first[-1]["__CURSOR"]
+    assert journal(sim, "psu_rail_b", "-k", "-o", "json", "--cursor-file", str(cur)) == []
+    sim.run("psu_rail_b", "gpu_burn", "300")
+    new = journal(sim, "psu_rail_b", "-k", "-o", "json", "--cursor-file", str(cur))
+    assert sum(": 79, " in r["MESSAGE"] for r in new) == 4
+    boots = sim.run("psu_rail_b", "journalctl", "--list-boots").stdout.splitlines()
+    assert boots[0].startswith("IDX BOOT ID") and boots[1].lstrip().startswith("-1 ") and boots[2].lstrip().startswith("0 ")
