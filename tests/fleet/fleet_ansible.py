@@ -27,13 +27,14 @@ class PlaybookRun:
     RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)"
                        r"\s+rescued=(\d+)\s+ignored=(\d+)")
 
-    def __init__(self, fleet, playbook, extra_args=(), env=None, tmp_path=None):
+    def __init__(self, fleet, playbook, extra_args=(), env=None, tmp_path=None, inventories=None):
         if not str(playbook).endswith(".yml"):  # inline playbook text
             path = Path(tmp_path) / "play.yml"
             path.write_text(textwrap.dedent(playbook))
             playbook = path
-        self.argv = [str(ANSIBLE_BIN / "ansible-playbook"), "-i", str(fleet.inventory_path), str(playbook),
-                     *extra_args]
+        inventories = inventories or [fleet.inventory_path]
+        self.argv = [str(ANSIBLE_BIN / "ansible-playbook"), *[a for i in inventories for a in ("-i", str(i))],
+                     str(playbook), *extra_args]
         self.started = time.monotonic()
         self.lines = []  # (seconds since start, line)
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,17 +1,28 @@
 """A node that dies or drops off the network mid-run is UNREACHABLE within the ssh keepalive bound; the others finish.
 
-The bound comes from the repo's ansible.cfg: ServerAliveInterval=15 x ServerAliveCountMax=3 = 45 s after the last
-answer (plus ConnectTimeout=15 for a reconnect). These tests use that ansible.cfg unchanged.
+The bound comes from the repo's ansible.cfg ssh_args, read here so the test follows any change there: ssh sends a
+keepalive after ServerAliveInterval s of silence and gives up when ServerAliveCountMax of them went unanswered, i.e. at
+the next interval: Interval x (CountMax + 1) after the last packet (15 x 4 = 60 s with 15/3). Measured: 58.8 s.
 """
 
+import configparser
 import re
 import time
 
 import pytest
+from fleet_ansible import REPO
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(300)]
 
-KEEPALIVE_BOUND_S = 15 * 3
+
+def _ssh_option(name, default):
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(REPO / "ansible.cfg")
+    m = re.search(r"%s=(\d+)" % name, cfg.get("ssh_connection", "ssh_args", fallback=""))
+    return int(m.group(1)) if m else default
+
+
+KEEPALIVE_BOUND_S = _ssh_option("ServerAliveInterval", 0) * (_ssh_option("ServerAliveCountMax", 3) + 1)
 SLEEP_S = 12
 
 PLAY = """
@@ -72,9 +83,10 @@ def test_cut_link_is_unreachable_within_the_keepalive_bound(fleet, playbook, res
     _assert_only_victim_unreachable(run, fleet, victim)
     seen = run.first(r"%s.*UNREACHABLE|UNREACHABLE.*%s" % (re.escape(victim), re.escape(victim)))
     assert seen is not None, run.output[-3000:]
-    # Silence (no RST) must still surface: within ServerAlive x CountMax plus one interval of slack.
+    # Silence (no RST) must still surface: within the keepalive bound (plus scheduling slack on a busy 2-core box).
     print("cut %s: UNREACHABLE reported %.1f s after the cut" % (victim, seen - cut_at))
-    assert seen - cut_at <= KEEPALIVE_BOUND_S + 15, "UNREACHABLE %.1f s after the cut" % (seen - cut_at)
+    assert 0 < KEEPALIVE_BOUND_S <= 120, "ansible.cfg must bound dead-link detection with ServerAliveInterval"
+    assert seen - cut_at <= KEEPALIVE_BOUND_S + 10, "UNREACHABLE %.1f s after the cut" % (seen - cut_at)
     fleet.restore_link(victim)
     assert fleet.ssh(victim, "true", timeout=20, check=False).returncode == 0, "node did not come back after restore"
 
