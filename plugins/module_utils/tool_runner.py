@@ -110,7 +110,15 @@ def run_tool(argv, timeout_s, env=None, cwd=None, stdin_data=None, grace_s=5.0):
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc, grace_s)
-        out, err = proc.communicate()
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            # A process that left the group (its own session) still holds the pipes: stop reading, keep the verdict.
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe:
+                    pipe.close()
+            proc.wait()
+            out, err = b"", b"[gpufleet: output lost: a process outside the tool's group kept its pipes open]"
     else:
         # The leader exited; children it left in its group (daemonised workers) must not outlive the check.
         if _group_alive(proc.pid):
