@@ -7,7 +7,13 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_INJECT_FACT_VARS := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv test lint sanity unit integration test-fleet demo bench clean
+.PHONY: venv torch-venv min-venv test test-min lint sanity unit integration test-fleet demo bench clean
+
+# CPU torch for the real torchrun/gloo dry-run tests. The 2.13.0 CPU wheel is built for Python 3.11 only.
+TORCH_VENV := .venv-torch
+# The lowest ansible-core that meta/runtime.yml claims; its unit and doc checks run there too.
+MIN_VENV := .venv-min
+MIN_ANSIBLE := ansible-core==2.17.*
 
 $(BIN)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.11 found"; exit 1; }
@@ -18,6 +24,19 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+$(TORCH_VENV)/bin/torchrun:
+	$(shell hack/find-python 3.11) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install -q torch==2.13.0
+
+torch-venv: $(TORCH_VENV)/bin/torchrun
+
+$(MIN_VENV)/.installed:
+	$(shell hack/find-python 3.11) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/pip install -q '$(MIN_ANSIBLE)' pytest pytest-timeout hypothesis PyYAML Jinja2 jsonschema
+	touch $@
+
+min-venv: $(MIN_VENV)/.installed
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --offline -q
@@ -25,8 +44,13 @@ lint: venv
 sanity: venv
 	$(BIN)/pytest -q tests/sanity
 
-unit: venv
+unit: venv torch-venv
 	$(BIN)/pytest -q tests/unit
+
+# Node-side code and docs on the oldest supported ansible-core (its module runner is what nodes execute).
+test-min: min-venv
+	PATH=$(CURDIR)/$(MIN_VENV)/bin:$$PATH $(MIN_VENV)/bin/pytest -q -p no:cacheprovider tests/sanity \
+	  tests/unit/xid tests/unit/nvidia_smi tests/unit/checks tests/unit/storage tests/unit/tool_runner -m "not slow"
 
 integration: venv
 	$(BIN)/pytest -q tests/integration
@@ -35,7 +59,7 @@ integration: venv
 test-fleet: venv
 	$(BIN)/pytest -q -m fleet tests/fleet
 
-test: lint sanity unit integration
+test: lint sanity unit test-min integration test-fleet
 
 demo: venv
 	@echo "The burn-in demo on the simulated fleet arrives with the burn-in issue."
