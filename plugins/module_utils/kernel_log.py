@@ -201,6 +201,7 @@ class XidScanner:
         self.after_realtime_us = after_realtime_us
         self.after_cursor = after_cursor
         self.journal_skipped = 0
+        self.journal_boot_ids = []  # distinct boots seen in the journal entries, in order
         self.events = []
         self.dropped = 0
         self.seq = 0
@@ -292,6 +293,8 @@ class XidScanner:
             return
         if rec.cursor:
             self.last_journal = rec
+        if rec.boot_id and rec.boot_id not in self.journal_boot_ids and len(self.journal_boot_ids) < 16:
+            self.journal_boot_ids.append(rec.boot_id)
         for message in rec.messages:
             if "NVRM" in message:
                 for part in message.splitlines() or [message]:

@@ -251,9 +251,10 @@ def parse_since(text, now=None):
 
 
 def _boot_id():
+    """This boot's id in journald's spelling (32 hex digits; /proc writes it as a dashed UUID)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as fh:
-            return fh.read().strip() or None
+            return fh.read().strip().replace("-", "").lower() or None
     except (IOError, OSError):
         return None
 
@@ -345,10 +346,6 @@ def read_journal(exe, params, state, since, scanner_opts, notes):
     if prev.get("cursor"):
         window = ["--after-cursor=" + prev["cursor"], "_TRANSPORT=kernel"]  # all boots after the cursor
         after_cursor = prev["cursor"]
-        current = _boot_id()
-        if prev.get("boot_id") and current and prev["boot_id"] != current:
-            position_notes.append("rebooted since the last run (boot %s -> %s): read the rest of the previous boot "
-                                  "from the journal too" % (prev["boot_id"], current))
     elif since is not None:
         window = ["--since=@%d" % int(since.timestamp()), "_TRANSPORT=kernel"]
     else:
@@ -375,6 +372,10 @@ def read_journal(exe, params, state, since, scanner_opts, notes):
     scanner = XidScanner(after_realtime_us=after_us, after_cursor=after_cursor, **scanner_opts)
     for line in res.stdout.splitlines():
         scanner.feed_journal_line(line)
+    later_boots = [b for b in scanner.journal_boot_ids if prev.get("boot_id") and b != prev["boot_id"]]
+    if later_boots and after_cursor:
+        position_notes.append("rebooted since the last run (boot %s -> %s): read the rest of the previous boot from "
+                              "the journal too" % (prev["boot_id"], ", ".join(later_boots)))
     last = scanner.last_journal
     if last is not None:
         position = {"cursor": last.cursor, "realtime_us": last.realtime_us, "boot_id": last.boot_id,
