@@ -71,11 +71,17 @@ def _cached(d):
     return sorted(d.glob("*.deb")) if (d / ".complete").exists() else None
 
 
-def _finish(tmp, final):
+def _finish(tmp, final, keep=3):
     (tmp / ".complete").write_text("")
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(final)
     tmp.rename(final)
+    # Every edit of sim/ or a spec makes a new entry: keep the few newest of this kind, so the cache stays small.
+    kind = final.name.rsplit("-", 1)[0]
+    older = sorted((d for d in final.parent.glob(kind + "-*") if d != final and d.name.rsplit("-", 1)[0] == kind),
+                   key=lambda d: d.stat().st_mtime)
+    for stale in older[:max(0, len(older) - (keep - 1))]:
+        shutil.rmtree(stale, ignore_errors=True)
     return sorted(final.glob("*.deb"))
 
 
@@ -119,7 +125,8 @@ def build_spec(spec_dir, cache):
 
 def build_sim_deb(cache, src=None, base=None, version=None):
     """Package the simulator: `src` (default <repo>/sim) goes to /usr/lib/gpufleet-sim, executables of src/bin are
-    linked into /usr/bin unless the base already has a tool of that name. Works with whatever `sim/` holds."""
+    linked into /usr/bin (by postinst) unless the base or another package already has that path. Works with whatever
+    `sim/` holds."""
     src = Path(src or REPO / "sim")
     if not src.is_dir():
         raise AptRepoError("no simulator sources at %s (sim/ not written yet?)" % src)
@@ -135,23 +142,35 @@ def build_sim_deb(cache, src=None, base=None, version=None):
         dest = root / SIM_PREFIX.lstrip("/")
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
         links, skipped = [], []
-        (root / "usr/bin").mkdir(parents=True)
         for tool in sorted((dest / "bin").glob("*")) if (dest / "bin").is_dir() else []:
             if not (tool.is_file() and os.access(tool, os.X_OK)):
                 continue
             if base and any((Path(base) / d.lstrip("/") / tool.name).exists() for d in NO_LINK_IF_PRESENT):
                 skipped.append(tool.name)
                 continue
-            (root / "usr/bin" / tool.name).symlink_to("%s/bin/%s" % (SIM_PREFIX, tool.name))
             links.append(tool.name)
         version = version or "0.1.0+%s" % key
         (root / "DEBIAN").mkdir()
+        # The /usr/bin links are made by postinst, not shipped: a stand-in vendor package (nvidia-smi,
+        # datacenter-gpu-manager-4-core ...) may own the same path, and dpkg refuses two packages owning one file.
+        # An unowned link is simply replaced when such a package is installed later.
+        names = " ".join(links)
+        (root / "DEBIAN/postinst").write_text(
+            "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n  for t in %s; do\n"
+            "    [ -e /usr/bin/$t ] || [ -L /usr/bin/$t ] || ln -s %s/bin/$t /usr/bin/$t\n  done\nfi\n"
+            % (names, SIM_PREFIX))
+        (root / "DEBIAN/prerm").write_text(
+            "#!/bin/sh\nset -e\nfor t in %s; do\n"
+            "  [ \"$(readlink /usr/bin/$t 2>/dev/null)\" = %s/bin/$t ] && rm -f /usr/bin/$t || true\ndone\n"
+            % (names, SIM_PREFIX))
+        for script in ("postinst", "prerm"):
+            (root / "DEBIAN" / script).chmod(0o755)
         (root / "DEBIAN/control").write_text(
             "Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: kentino.gpufleet <gpufleet@localhost>\n"
             "Depends: python3\nSection: misc\nPriority: optional\n"
             "Description: kentino.gpufleet simulated GPU tools (test fleet only)\n"
             " Stand-ins for nvidia-smi, dcgmi, gpu_burn ... answering from a scenario file.\n"
-            " Linked into /usr/bin: %s. Kept in %s/bin only: %s.\n"
+            " Linked into /usr/bin unless a package already provides it: %s.\n Kept in %s/bin only: %s.\n"
             % (SIM_PACKAGE, version, ", ".join(links) or "none", SIM_PREFIX, ", ".join(skipped) or "none"))
         (tmp / "manifest.json").write_text(json.dumps({"links": links, "not_linked": skipped, "version": version}))
         deb = tmp / ("%s_%s_all.deb" % (SIM_PACKAGE, version))

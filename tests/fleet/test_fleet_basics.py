@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 
+import aptrepo
 import pytest
 from fleet_ansible import ANSIBLE_BIN, REPO, ansible_env
 
@@ -118,3 +119,30 @@ def test_real_debian_package_installs_from_the_local_repo(fleet, playbook):
                                    "2>/dev/null && break; sleep 0.2; done")
     assert "node_exporter_build_info" in metrics.stdout
     assert fleet.ssh(node.name, "systemctl is-active prometheus-node-exporter").stdout.strip() == "active"
+
+
+def test_sim_links_give_way_to_a_vendor_package_owning_the_same_path(fleet, tmp_path):
+    """gpufleet-sim and a stand-in vendor package that ships the same /usr/bin tool install in either order."""
+    tool = fleet.repo_info["sim"]["links"][0]
+    spec = tmp_path / "gpufleet-testfleet-owner"
+    spec.mkdir()
+    (spec / tool).write_text("#!/bin/sh\necho vendor-%s\n" % tool)
+    (spec / tool).chmod(0o755)
+    (spec / "control").write_text(
+        "Section: misc\nPriority: optional\nStandards-Version: 4.6.2\nPackage: gpufleet-testfleet-owner\n"
+        "Version: 1.0\nMaintainer: kentino.gpufleet <gpufleet@localhost>\nArchitecture: all\n"
+        "Files: %s /usr/bin/\nDescription: owns /usr/bin/%s like a vendor package\n test only\n" % (tool, tool))
+    aptrepo.add_debs(fleet.apt_dir, aptrepo.build_spec(spec, tmp_path / "cache"))
+    aptrepo.index_repo(fleet.apt_dir)
+    apt = "DEBIAN_FRONTEND=noninteractive apt-get -q -y"
+    sim_first, vendor_first = fleet.nodes[2].name, fleet.nodes[3].name
+    fleet.ssh(sim_first, "apt-get -q update && %s install gpufleet-sim && %s install gpufleet-testfleet-owner"
+              % (apt, apt), timeout=180)
+    fleet.ssh(vendor_first, "apt-get -q update && %s install gpufleet-testfleet-owner && %s install gpufleet-sim"
+              % (apt, apt), timeout=180)
+    for node in (sim_first, vendor_first):
+        assert fleet.ssh(node, tool).stdout.strip() == "vendor-" + tool
+        assert fleet.ssh(node, "dpkg -S /usr/bin/%s" % tool).stdout.startswith("gpufleet-testfleet-owner:")
+    fleet.ssh(vendor_first, "%s purge gpufleet-sim" % apt)
+    assert fleet.ssh(vendor_first, tool).stdout.strip() == "vendor-" + tool  # prerm removes only its own links
+    fleet.ssh(sim_first, "%s purge gpufleet-testfleet-owner" % apt)
