@@ -8,6 +8,7 @@ argument_spec, renders with ansible-doc; node-side code is stdlib-only and parse
 import ast
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,11 @@ def test_ansible_doc_renders(kind, name):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert FQCN + name in data and data[FQCN + name]["doc"], proc.stdout[:500]
+    # The text rendering fails on docs that are valid YAML but the wrong shape (a note read as a mapping).
+    text = subprocess.run([str(ansible_doc), "-t", kind, FQCN + name], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PAGER": "cat", "ANSIBLE_NOCOLOR": "1"})
+    assert text.returncode == 0 and "ERROR" not in text.stderr, text.stderr
+    assert FQCN + name in text.stdout
 
 
 _ALLOWED_PREFIXES = ("ansible.module_utils", "ansible_collections.kentino.gpufleet.plugins.module_utils", "__future__")
