@@ -65,41 +65,47 @@ def test_default_inventory_wires_eight_scenarios():
     assert set(used) <= set(SCENARIOS) and len(set(used)) == 8
     assert {"healthy_h100", "healthy_rtx5090", "riser_xid79", "psu_rail_b", "ecc_leak", "pcie_degraded",
             "neighbour_process", "checkpoint_readonly"} == set(used)
-    assert hosts["vars"]["ansible_connection"] == "local"
     gv = yaml.safe_load((REPO / "inventories" / "sim" / "group_vars" / "gpufleet_sim.yml").read_text())
+    assert gv["ansible_connection"] == "local"
     assert gv["gpufleet_psu_rails"] == {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]}
     assert set(gv["gpufleet_environment"]) == {"PATH", "GPUFLEET_SIM_SCENARIO", "GPUFLEET_SIM_STATE",
                                                "GPUFLEET_SIM_NODE", "GPUFLEET_SIM_TIME_SCALE"}
     assert gv["gpufleet_environment"]["PATH"].startswith("{{ gpufleet_sim_root }}/bin:")
 
 
-def _make_inventory(*args):
-    return subprocess.run([sys.executable, str(SIM / "make_inventory.py")] + list(args), capture_output=True,
-                          text=True)
+def _make_inventory(out, *args):
+    res = subprocess.run([sys.executable, str(SIM / "make_inventory.py"), "--out", str(out)] + list(args),
+                         capture_output=True, text=True)
+    hosts = out / "hosts.yml"
+    return res, (yaml.safe_load(hosts.read_text()) if hosts.exists() else None)
 
 
-def test_make_inventory_generates_n_nodes():
-    res = _make_inventory("--nodes", "32", "--scenario", "healthy_h100")
-    assert res.returncode == 0
-    inv = yaml.safe_load(res.stdout)["gpufleet_sim"]
-    assert len(inv["hosts"]) == 32 and "sim-node01" in inv["hosts"] and "sim-node32" in inv["hosts"]
-    assert {h["gpufleet_sim_scenario"] for h in inv["hosts"].values()} == {"healthy_h100"}
-    assert inv["vars"]["gpufleet_sim_root"] == str(SIM)
-    mix = yaml.safe_load(_make_inventory("--nodes", "100", "--prefix", "n").stdout)["gpufleet_sim"]["hosts"]
+def test_make_inventory_generates_n_nodes(tmp_path):
+    res, inv = _make_inventory(tmp_path / "a", "--nodes", "32", "--scenario", "healthy_h100")
+    assert res.returncode == 0, res.stderr
+    hosts = inv["gpufleet_sim"]["hosts"]
+    assert len(hosts) == 32 and "sim-node01" in hosts and "sim-node32" in hosts
+    assert {h["gpufleet_sim_scenario"] for h in hosts.values()} == {"healthy_h100"}
+    assert "gpufleet_sim" in inv["gpufleet_nodes"]["children"]
+    assert (tmp_path / "a" / "group_vars").resolve() == (REPO / "inventories" / "sim" / "group_vars").resolve()
+    _res, mix = _make_inventory(tmp_path / "b", "--nodes", "100", "--prefix", "n")
+    mix = mix["gpufleet_sim"]["hosts"]
     assert len(mix) == 100 and "n001" in mix and mix["n003"]["gpufleet_sim_scenario"] == "riser_xid79"
-    bad = _make_inventory("--nodes", "2", "--scenario", "nope")
+    bad, _inv = _make_inventory(tmp_path / "c", "--nodes", "2", "--scenario", "nope")
     assert bad.returncode == 2 and "unknown scenario" in bad.stderr
 
 
 @pytest.mark.skipif(not (REPO / ".venv" / "bin" / "ansible-inventory").exists(), reason="needs the project venv")
 def test_generated_inventory_renders_the_environment(tmp_path):
-    (tmp_path / "inv.yml").write_text(_make_inventory("--nodes", "3", "--state-root", str(tmp_path / "st")).stdout)
+    res, _inv = _make_inventory(tmp_path / "inv", "--nodes", "3")
+    assert res.returncode == 0, res.stderr
     play = tmp_path / "play.yml"
     play.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.copy:\n"
                     "        content: \"{{ gpufleet_environment | to_json }}\"\n"
                     "        dest: \"%s/{{ inventory_hostname }}.json\"\n" % tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("GPUFLEET_SIM_STATE_ROOT", "GPUFLEET_SIM_TIME_SCALE")}
-    res = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "inv.yml"), str(play)],
+    env["GPUFLEET_SIM_STATE_ROOT"] = str(tmp_path / "st")
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "inv"), str(play)],
                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     rendered = json.loads((tmp_path / "sim-node02.json").read_text())

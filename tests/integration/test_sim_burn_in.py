@@ -1,0 +1,97 @@
+"""The burn-in on the simulated fleet finds every planted fault with the right action, and nothing on healthy nodes."""
+
+import jsonschema
+import pytest
+from conftest import codes, nodes_by_host
+
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report import load_schema
+
+# host -> (scenario, expected node verdict, codes that must be found, words the node's action must contain)
+PLANTED = {
+    "sim-node03": ("riser_xid79", "fail", {"GPU_LOST"}, "reseat the riser"),
+    "sim-node04": ("psu_rail_b", "fail", {"PSU_RAIL_LOSS"}, "PSU B"),
+    "sim-node05": ("ecc_leak", "fail", {"ECC_LEAK", "XID_RMA"}, "replace the card"),
+    "sim-node06": ("pcie_degraded", "fail", {"PCIE_DEGRADED", "NCCL_BUSBW_LOW"}, "riser"),
+    "sim-node07": ("neighbour_process", "error", {"GPU_BUSY", "CHECKS_REFUSED"}, "stop the process"),
+    "sim-node08": ("checkpoint_readonly", "fail", {"STORAGE_FAIL"}, "read-only"),
+}
+HEALTHY = ("sim-node01", "sim-node02")
+
+
+@pytest.fixture(scope="module")
+def report(burn_in_run):
+    rc, output, report = burn_in_run
+    assert report is not None, output[-4000:]
+    return report
+
+
+def test_gate_fails_the_run_and_prints_the_summary(burn_in_run):
+    rc, output, _ = burn_in_run
+    assert rc == 2, output[-3000:]
+    assert "| node | verdict |" in output and "HTML report:" in output
+
+
+def test_report_is_valid_against_its_schema(report):
+    jsonschema.validate(report, load_schema())
+    assert len(report["nodes"]) == 8
+    assert sum(len(n["gpus"]) for n in report["nodes"]) >= 56
+
+
+@pytest.mark.parametrize("host", HEALTHY)
+def test_healthy_nodes_pass_with_no_findings(report, host):
+    node = nodes_by_host(report)[host]
+    assert node["verdict"] == "pass" and node["findings"] == [], node["findings"]
+    assert node["stage"] == "done"
+    assert all(g["verdict"] == "pass" for g in node["gpus"])
+    assert {"gpu_burn", "dcgm_diag", "nccl_test", "samples", "xid"} <= set(node["checks"])
+
+
+@pytest.mark.parametrize("host", sorted(PLANTED))
+def test_planted_fault_found_with_its_action(report, host):
+    scenario, verdict, expected, action_words = PLANTED[host]
+    node = nodes_by_host(report)[host]
+    assert node["verdict"] == verdict, (scenario, node["findings"])
+    assert expected <= codes(node), (scenario, codes(node))
+    actions = " ".join(f["action"] for f in node["findings"])
+    assert action_words.lower() in actions.lower(), (scenario, actions)
+    assert all(f["evidence"] for f in node["findings"] if f["severity"] in ("fail", "warn")), scenario
+
+
+def test_riser_fault_is_one_gpu_with_the_kernel_line(report):
+    node = nodes_by_host(report)["sim-node03"]
+    lost = [f for f in node["findings"] if f["code"] == "GPU_LOST"]
+    assert [f["gpu"] for f in lost] == [3]
+    assert any("Xid" in line and ": 79," in line for line in lost[0]["evidence"]), lost[0]["evidence"]
+    assert "PSU_RAIL_LOSS" not in codes(node)
+
+
+def test_psu_rail_names_all_four_gpus(report):
+    node = nodes_by_host(report)["sim-node04"]
+    rail = [f for f in node["findings"] if f["code"] == "PSU_RAIL_LOSS"][0]
+    assert all(str(i) in rail["message"] for i in (4, 5, 6, 7))
+    assert {f["gpu"] for f in node["findings"] if f["code"] == "GPU_LOST"} == {4, 5, 6, 7}
+
+
+def test_busy_gpu_names_the_pid(report):
+    node = nodes_by_host(report)["sim-node07"]
+    busy = [f for f in node["findings"] if f["code"] == "GPU_BUSY"][0]
+    assert "PID" in busy["message"] or "pid" in busy["message"]
+    assert "gpu_burn" not in node["checks"], "invasive checks must not run on a busy node"
+
+
+def test_degraded_link_is_judged_under_load(report):
+    node = nodes_by_host(report)["sim-node06"]
+    pcie = [f for f in node["findings"] if f["code"] == "PCIE_DEGRADED"]
+    assert [f["gpu"] for f in pcie] == [5]
+    busbw = [f for f in node["findings"] if f["code"] == "NCCL_BUSBW_LOW"][0]
+    assert "GB/s" in busbw["message"]
+
+
+def test_report_files_are_all_written(burn_in_run, tmp_path):
+    rc, output, report = burn_in_run
+    run_dir = [line.split("HTML report: ")[1].strip() for line in output.splitlines() if "HTML report: " in line][-1]
+    from pathlib import Path
+
+    html = Path(run_dir)
+    for name in ("report.json", "report.md", "report.html", "junit.xml"):
+        assert (html.parent / name).stat().st_size > 0, name
