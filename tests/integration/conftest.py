@@ -1,36 +1,7 @@
-"""Run the collection's playbooks on the simulated fleet once per session and hand the reports to the tests."""
-
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+"""Run each playbook on the simulated fleet once per session and hand its result to the tests."""
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
-
-
-def run_playbook(name, tmp_root, inventory="inventories/sim", extra=None, timeout=900):
-    """Run playbooks/<name>.yml like a user would; return (returncode, output, report dict or None)."""
-    report_dir = tmp_root / "reports"
-    extra_vars = {"gpufleet_report_dir": str(report_dir), "gpufleet_poll_interval_s": 1}
-    extra_vars.update(extra or {})
-    env = dict(os.environ)
-    env.update({
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_INJECT_FACT_VARS": "false",
-        "ANSIBLE_NOCOLOR": "1",
-        "GPUFLEET_SIM_STATE_ROOT": str(tmp_root / "sim-state"),
-    })
-    proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "playbooks/%s.yml" % name, "-i", inventory,
-                           "-e", json.dumps(extra_vars)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    output = proc.stdout + proc.stderr
-    latest = report_dir / "latest" / "report.json"
-    report = json.loads(latest.read_text()) if latest.exists() else None
-    return proc.returncode, output, report
+from helpers.playbook_runner import run_playbook
 
 
 @pytest.fixture(scope="session")
@@ -41,11 +12,3 @@ def burn_in_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def preflight_run(tmp_path_factory):
     return run_playbook("preflight", tmp_path_factory.mktemp("preflight"))
-
-
-def nodes_by_host(report):
-    return {n["host"]: n for n in report["nodes"]}
-
-
-def codes(node, gpu=None):
-    return {f["code"] for f in node["findings"] if gpu is None or f.get("gpu") == gpu}

@@ -2,9 +2,8 @@
 
 import jsonschema
 import pytest
-from conftest import codes, nodes_by_host
-
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report import load_schema
+from helpers.playbook_runner import codes, nodes_by_host
 
 # host -> (scenario, expected node verdict, codes that must be found, words the node's action must contain)
 PLANTED = {
