@@ -1135,6 +1135,11 @@ def _make_check_rule(node, name, res):
         if state in ("missing",):
             return
         if state == "skipped":
+            if isinstance(res, dict) and res.get("false_condition"):
+                # Ansible's "Conditional result was False" says nothing to an operator: say why it did not run.
+                refused = node.hv.get("gpufleet_refused_reason")
+                reason = "not run: %s" % (refused if refused and "refused" in res["false_condition"]
+                                          else "disabled (%s)" % res["false_condition"])
             node.set_check(name, "skipped", [reason], figures)
             return
         if state in ("failed", "error", "unreachable"):

@@ -75,7 +75,13 @@ def test_busy_gpu_names_the_pid(report):
     node = nodes_by_host(report)["sim-node07"]
     busy = [f for f in node["findings"] if f["code"] == "GPU_BUSY"][0]
     assert "PID" in busy["message"] or "pid" in busy["message"]
-    assert "gpu_burn" not in node["checks"], "invasive checks must not run on a busy node"
+    for check in ("gpu_burn", "dcgm_diag", "nccl_test"):  # invasive checks must not run on a busy node
+        assert node["checks"][check]["verdict"] == "skipped"
+        assert node["checks"][check]["reasons"] == ["not run: " + node_refusal(node)]
+
+
+def node_refusal(node):
+    return [f for f in node["findings"] if f["code"] == "CHECKS_REFUSED"][0]["message"].split(": ", 1)[1]
 
 
 def test_degraded_link_is_judged_under_load(report):

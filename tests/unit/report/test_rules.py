@@ -418,3 +418,18 @@ def test_env_names_the_variables_from_training_env_facts():
     finding = node["worst"]
     assert node["verdict"] == "fail" and finding["code"] == "ENV_MISSING"
     assert "set TORCH_NCCL_ASYNC_ERROR_HANDLING for" in finding["action"] and "TRACE_BUFFER" not in finding["action"]
+
+
+def test_skipped_check_says_why_it_did_not_run():
+    hv = healthy()
+    skip = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False",
+            "false_condition": "gpufleet_burn_enabled and not __gpufleet_refused"}
+    hv["gpufleet_result_gpu_burn"] = dict(skip)
+    hv["gpufleet_refused_reason"] = "GPU 4 busy: invasive checks not run (stop the process or set gpufleet_force=true)"
+    node = rules.evaluate_node("node-x", hv)
+    assert node["checks"]["gpu_burn"] == {"verdict": "skipped", "figures": {},
+                                          "reasons": ["not run: " + hv["gpufleet_refused_reason"]]}
+    hv.pop("gpufleet_refused_reason")
+    hv["gpufleet_result_gpu_burn"] = dict(skip, false_condition="gpufleet_checkpoint_path | length > 0")
+    node = rules.evaluate_node("node-x", hv)
+    assert node["checks"]["gpu_burn"]["reasons"] == ["not run: disabled (gpufleet_checkpoint_path | length > 0)"]
