@@ -1,0 +1,69 @@
+"""Bad input is refused before any change: an unsupported OS, a malformed variable (argument spec), for every role.
+
+Runs locally in check mode on fake hosts (facts faked by library/gpufleet_fake_facts.py), one ansible-playbook run for
+all roles (a few seconds). The fleet tests cover the refusals that need a real node (missing branch, bad checksum).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[3]
+ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "node_exporter", "training_env", "validation_tools"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """{host: {"failed": [(task, msg)], "changed": [task], "ok": [task]}} from ansible-runner's events."""
+    import ansible_runner
+
+    env = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INJECT_FACT_VARS": "false",
+           "ANSIBLE_PYTHON_INTERPRETER": sys.executable, "ANSIBLE_LIBRARY": str(HERE / "library"),
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    # --check: even if a preflight let something through, this test must not change the machine it runs on.
+    r = ansible_runner.run(private_data_dir=str(tmp_path_factory.mktemp("refusals")), playbook=str(HERE / "refusals.yml"),
+                           inventory=str(HERE / "inventory.yml"), cmdline="--check", envvars=env, quiet=True,
+                           project_dir=str(REPO))
+    hosts = {}
+    for ev in r.events:
+        data = ev.get("event_data", {})
+        host = data.get("host")
+        if not host or ev["event"] not in ("runner_on_ok", "runner_on_failed"):
+            continue
+        h = hosts.setdefault(host, {"failed": [], "changed": [], "ok": []})
+        res = data.get("res", {})
+        if ev["event"] == "runner_on_failed" and not data.get("ignore_errors"):
+            h["failed"].append((data.get("task", ""), str(res.get("msg", ""))))
+        elif res.get("changed"):
+            h["changed"].append(data.get("task", ""))
+        else:
+            h["ok"].append(data.get("task", ""))
+    assert hosts, "no events: %s" % r.stdout.read()[-3000:]
+    return hosts
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_unsupported_os_is_refused_before_any_change(run, role):
+    host = role + "_os"
+    failed = run[host]["failed"]
+    assert len(failed) == 1, failed
+    name, msg = failed[0]
+    assert "unsupported operating system" in name
+    assert "CentOS-9 is not supported by kentino.gpufleet.%s" % role in msg
+    assert host in msg  # the error names the host
+    assert run[host]["changed"] == []
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_malformed_variable_is_rejected_by_the_argument_spec(run, role):
+    host = role + "_var"
+    failed = run[host]["failed"]
+    assert len(failed) == 1, failed
+    name, msg = failed[0]
+    assert "Validating arguments against arg spec" in name
+    assert role + "_" in msg  # names the variable
+    # Argument validation is the role's first task: nothing ran before it.
+    assert run[host]["changed"] == [] and run[host]["ok"] == ["Pretend to be another system", "Run the role under test"]
