@@ -87,6 +87,10 @@ class ActionModule(ActionBase):
         else:
             hosts = [str(h) for h in task_vars.get("ansible_play_hosts_all") or []]
             play_hosts = {str(h) for h in task_vars.get("ansible_play_hosts") or []}
+        if not hosts:
+            # An empty fleet must not pass the gate: it is almost always a wrong host pattern or inventory.
+            raise AnsibleActionFail("no nodes to judge: the host pattern matched no host in the inventory (the "
+                                    "playbooks target group gpufleet_nodes; pass -e gpufleet_hosts=<pattern>)")
         run_id = args.get("run_id") or report.default_run_id()
         hostvars = task_vars.get("hostvars") or {}
 

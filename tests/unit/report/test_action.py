@@ -132,3 +132,18 @@ def test_check_mode_writes_nothing(runs):
     assert not (tmp_path / "reports" / "run-check").exists()
     assert result["msg"].startswith("check mode, no files written")
     assert result["nodes"]["node-down"] == "unreachable", "check mode still judges"
+
+
+def test_an_empty_fleet_fails_instead_of_passing(tmp_path):
+    (tmp_path / "hosts.ini").write_text("[nodes]\n")
+    (tmp_path / "play.yml").write_text(
+        "- name: Report\n  hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - name: Report\n      kentino.gpufleet.fleet_report:\n"
+        "        hosts: \"{{ query('inventory_hostnames', 'nodes') }}\"\n"
+        "        report_dir: \"%s\"\n" % (tmp_path / "reports"))
+    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.ini"),
+                           str(tmp_path / "play.yml")], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1"))
+    assert proc.returncode == 2
+    assert "matched no host" in proc.stdout
+    assert not (tmp_path / "reports").exists()
