@@ -16,7 +16,7 @@ sys.path.insert(0, str(HERE))
 
 import aptrepo  # noqa: E402
 import harness  # noqa: E402
-from fleet_ansible import PlaybookRun  # noqa: E402
+from fleet_ansible import PlaybookRun, stop_live_runs  # noqa: E402
 
 FLEET_DIR = Path(os.environ.get("GPUFLEET_PYTEST_FLEET_DIR", "/var/tmp/gpufleet-pytest-fleet"))
 FLEET_PREFIX = os.environ.get("GPUFLEET_PYTEST_FLEET_PREFIX", "gpft")
@@ -64,6 +64,7 @@ def fleet(fleet_base):
     f.up(base=fleet_base)
     f.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
     yield f
+    stop_live_runs()
     problems = f.down()
     left = f.leftovers()
     assert not problems and not left, "test fleet teardown left: %s" % "; ".join(problems + left)

@@ -1,5 +1,6 @@
 """Run Ansible against the test fleet as a user would: ansible-playbook subprocesses with the repo's ansible.cfg."""
 
+import contextlib
 import os
 import re
 import subprocess
@@ -21,6 +22,18 @@ def ansible_env(extra=None):
     return env
 
 
+LIVE = set()  # runs not yet waited for: the fleet finalizer ends them (Ctrl-C, a failed test) before teardown
+
+
+def stop_live_runs():
+    for run in list(LIVE):
+        if run.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.proc.pid, 9)
+            run.proc.wait()
+        LIVE.discard(run)
+
+
 class PlaybookRun:
     """An ansible-playbook subprocess whose output lines are time-stamped as they arrive."""
 
@@ -39,6 +52,7 @@ class PlaybookRun:
         self.lines = []  # (seconds since start, line)
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=ansible_env(env), cwd=str(REPO), start_new_session=True)
+        LIVE.add(self)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -53,6 +67,8 @@ class PlaybookRun:
             os.killpg(self.proc.pid, 9)
             self.proc.wait()
             raise AssertionError("ansible-playbook did not finish within %s s:\n%s" % (timeout, self.output[-4000:])) from None
+        finally:
+            LIVE.discard(self)
         self._reader.join(10)
         return self
 
