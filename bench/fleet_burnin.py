@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Fleet burn-in scaling: the same per-node burn-in on 1 and on N simulated nodes, measured in one run.
+
+The per-node work is fixed (same scenario, same simulated burn length, same sampling and polling); only the number
+of nodes changes, so wall(N)/wall(1) is the orchestration overhead of fanning out. Prints both walls, the per-stage
+split and the ratio; last line: `fleet_burnin ratio=<wallN/wall1>`.
+
+    bench/fleet_burnin.py [--nodes 32] [--burn-real-s 120] [--poll-s 15] [--sample-s 10]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TIME_SCALE = 0.01  # the simulator's default: a nominal 600 s burn takes 6 s
+
+
+def run(nodes, args, work):
+    inv = work / ("inv%d" % nodes)
+    subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(inv), "--nodes", str(nodes),
+                    "--scenario", args.scenario], check=True)
+    extra = {
+        "gpufleet_report_dir": str(work / ("reports%d" % nodes)),
+        "gpufleet_burn_duration_s": int(args.burn_real_s / TIME_SCALE),
+        "gpufleet_poll_interval_s": args.poll_s,
+        "gpufleet_sample_interval_s": args.sample_s,
+        "gpufleet_fail_on": "never",
+    }
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), GPUFLEET_SIM_TIME_SCALE=str(TIME_SCALE),
+               GPUFLEET_SIM_STATE_ROOT=str(work / ("state%d" % nodes)), ANSIBLE_FORKS=str(max(nodes, 5)))
+    playbook = Path(sys.executable).with_name("ansible-playbook")
+    started = time.monotonic()
+    proc = subprocess.run([str(playbook), str(REPO / "playbooks" / "burn_in.yml"), "-i", str(inv),
+                           "-e", json.dumps(extra)], cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        raise SystemExit("burn-in on %d node(s) failed (rc %d)" % (nodes, proc.returncode))
+    report = json.loads((work / ("reports%d" % nodes) / "latest" / "report.json").read_text())
+    verdicts = {}
+    for node in report["nodes"]:
+        verdicts[node["verdict"]] = verdicts.get(node["verdict"], 0) + 1
+    return wall, verdicts
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=32)
+    p.add_argument("--burn-real-s", type=float, default=120.0, help="real seconds of (simulated) gpu-burn per node")
+    p.add_argument("--poll-s", type=int, default=15, help="async poll interval (gpufleet_poll_interval_s)")
+    p.add_argument("--sample-s", type=int, default=10, help="nvidia-smi sample interval under load")
+    p.add_argument("--scenario", default="healthy_h100")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fleet_burnin.") as tmp:
+        work = Path(tmp)
+        wall1, v1 = run(1, args, work)
+        walln, vn = run(args.nodes, args, work)
+    cores = os.cpu_count()
+    print("burn per node: %.0f s real (simulated %d s), poll %d s, samples every %d s, controller cores: %d"
+          % (args.burn_real_s, int(args.burn_real_s / TIME_SCALE), args.poll_s, args.sample_s, cores))
+    print("1 node:   wall %7.1f s  verdicts %s" % (wall1, v1))
+    print("%d nodes: wall %7.1f s  verdicts %s" % (args.nodes, walln, vn))
+    print("overhead per node beyond the first: %.2f s" % ((walln - wall1) / max(args.nodes - 1, 1)))
+    print("fleet_burnin ratio=%.2f" % (walln / wall1))
+
+
+if __name__ == "__main__":
+    main()
