@@ -1,0 +1,125 @@
+"""gpufleet: run a burn-in, preflight or provisioning through ansible-runner and show the fleet report.
+
+    gpufleet run burn_in -i inventories/example [-l gpu-node-01] [-e gpufleet_burn_duration_s=3600] [--check]
+    gpufleet report [reports/latest]
+
+`run` is `ansible-playbook` with the collection's configuration (ansible.cfg of this checkout), its events kept by
+ansible-runner under the report directory, and the report table printed at the end. The exit code is the playbook's:
+0 when the gate passed, non-zero when a node failed (gpufleet_fail_on) or could not be reached.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PLAYBOOKS = sorted(p.stem for p in (REPO / "playbooks").glob("*.yml"))
+VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "unreachable": "bold magenta"}
+
+
+def parse_extra(items):
+    """-e KEY=VALUE (value parsed as JSON when it is JSON, else a string), -e '{json}', or -e @file.json/yml."""
+    extra = {}
+    for item in items or []:
+        if item.startswith("@"):
+            import yaml
+
+            loaded = yaml.safe_load(Path(item[1:]).read_text())
+        elif item.lstrip().startswith("{"):
+            loaded = json.loads(item)
+        elif "=" in item:
+            key, value = item.split("=", 1)
+            try:
+                loaded = {key: json.loads(value)}
+            except ValueError:
+                loaded = {key: value}
+        else:
+            raise SystemExit("gpufleet: -e %r: use KEY=VALUE, a JSON object, or @file" % item)
+        if not isinstance(loaded, dict):
+            raise SystemExit("gpufleet: -e %r does not give a mapping of variables" % item)
+        extra.update(loaded)
+    return extra
+
+
+def show_report(path, console=None):
+    """Print a report.json (or a run directory / reports/latest) as a table; return the report."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    report = json.loads(path.read_text())
+    table = Table(title="Fleet report %s (%s)" % (report["run_id"], report.get("playbook") or "-"), show_lines=True)
+    for column in ("node", "verdict", "stage", "worst finding", "action"):
+        table.add_column(column, overflow="fold")
+    for node in report["nodes"]:
+        worst = node.get("worst")
+        style = VERDICT_STYLE.get(node["verdict"], "")
+        table.add_row(node["host"], "[%s]%s[/]" % (style, node["verdict"].upper()) if style else node["verdict"],
+                      node.get("stage") or "-", ("%s: %s" % (worst["code"], worst["message"])) if worst else "-",
+                      node.get("action") or "-")
+    console.print(table)
+    gate = report["summary"]["gate"]
+    console.print("Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"]))
+                                              if gate["failed"] else "passed"))
+    console.print("Files: %s" % path.parent)
+    return report
+
+
+def cmd_run(args):
+    import ansible_runner
+
+    extra = parse_extra(args.extra_vars)
+    report_dir = Path(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    envvars = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INJECT_FACT_VARS": "false"}
+    # ansible-runner execs ansible-playbook from PATH: use the one installed beside this Python.
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    cmdline = " ".join(["--check"] if args.check else [])
+    with tempfile.TemporaryDirectory(prefix="gpufleet-runner.") as private:
+        kwargs = dict(private_data_dir=private, project_dir=str(REPO), playbook=str(REPO / "playbooks" /
+                      (args.playbook + ".yml")), extravars=extra, envvars=envvars, quiet=args.quiet,
+                      artifact_dir=str(report_dir / ".runner"))
+        if args.inventory:
+            kwargs["inventory"] = [str(Path(i).resolve()) for i in args.inventory]
+        if args.limit:
+            # The report play runs on localhost: a limit without it would silently skip the report.
+            kwargs["limit"] = args.limit if "localhost" in args.limit.split(",") else args.limit + ",localhost"
+        if cmdline:
+            kwargs["cmdline"] = cmdline
+        result = ansible_runner.run(**kwargs)
+    latest = report_dir / "latest" / "report.json"
+    if latest.exists() and args.playbook != "provision":
+        show_report(latest)
+    if result.status != "successful":
+        sys.stderr.write("gpufleet: %s ended %s (rc %s)\n" % (args.playbook, result.status, result.rc))
+    return result.rc if result.rc is not None else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="gpufleet", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a playbook of the collection")
+    run.add_argument("playbook", choices=PLAYBOOKS)
+    run.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
+    run.add_argument("-l", "--limit")
+    run.add_argument("-e", "--extra-vars", action="append", default=[])
+    run.add_argument("--check", action="store_true", help="check mode: invasive checks report skipped")
+    run.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
+    run.add_argument("-q", "--quiet", action="store_true", help="only the report table, not Ansible's output")
+    rep = sub.add_parser("report", help="show a fleet report as a table")
+    rep.add_argument("path", nargs="?", default="reports/latest")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args)
+    report = show_report(args.path)
+    return 2 if report["summary"]["gate"]["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
