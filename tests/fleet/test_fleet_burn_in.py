@@ -199,6 +199,9 @@ def test_sigint_during_the_report_leaves_no_partial_report(fleet, burn_in_setup)
     assert run.proc.returncode != 0
     for path in run.report_dir.rglob("*"):
         assert not path.name.endswith((".tmp", ".part")) and not path.name.startswith("."), path
+    written = sorted(str(p.relative_to(run.report_dir)) for p in run.report_dir.rglob("*"))
+    print("SIGINT %.2f s after the report task started; rc=%s; report dir holds: %s"
+          % (interrupted - run.started - run.first(r"TASK \[Judge every node"), run.proc.returncode, written or "nothing"))
     for report in run.report_dir.glob("*/report.json"):  # if the report got written before the signal, it is whole
         jsonschema.validate(json.loads(report.read_text()), json.loads(SCHEMA.read_text()))
     assert not [p for p in os.listdir("/proc") if p.isdigit() and str(run.report_dir) in harness._cmdline(int(p))]

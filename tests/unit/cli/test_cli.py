@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from gpufleet_cli.main import parse_extra
 
 REPO = Path(__file__).resolve().parents[3]
