@@ -1,0 +1,240 @@
+"""The provisioning roles for real, on test-fleet nodes (systemd, apt, SSH), with stand-in NVIDIA packages.
+
+Its own 2-node fleet (prefix gpfr), so the simulator package the other fleet tests install never meets the stand-in
+nvidia-smi/dcgmi packages (dpkg would refuse the file conflict). node0 takes the playbook with the molecule scenarios'
+variables: check mode on the fresh node (no change, no failure), converge, idempotence (changed=0), then every role's
+molecule verify.yml. node1 takes the bad inputs first (nothing installed), then non-default variables.
+
+Run: `pytest -q -m fleet tests/fleet/test_roles.py` as root. Also usable by molecule's create/destroy playbooks:
+`python tests/fleet/test_roles.py keep --dir D` keeps a 1-node fleet up until `D/stop` appears.
+"""
+
+import os
+import shutil
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+import aptrepo  # noqa: E402
+import harness  # noqa: E402
+from fleet_ansible import PlaybookRun  # noqa: E402
+
+ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "node_exporter", "training_env", "validation_tools"]
+FLEET_DIR = Path(os.environ.get("GPUFLEET_ROLES_FLEET_DIR", "/var/tmp/gpufleet-roles-fleet"))
+DEBIAN_PACKAGES = ("prometheus-node-exporter",)
+MIRROR = "/var/tmp/mirror/gpufleet-prebuilt.tar.gz"
+
+# The molecule scenarios' variables (roles/*/molecule/default/converge.yml), for the whole playbook at once.
+DEFAULT_VARS = """
+nvidia_driver_cuda_repo_url: file:/srv/gpufleet-apt/
+nvidia_driver_cuda_repo_trusted: true
+nvidia_driver_kernel_headers: false
+validation_tools_install_method: prebuilt
+validation_tools_prebuilt_url: file://{mirror}
+validation_tools_prebuilt_checksum: "sha256:{checksum}"
+training_env_checkpoint_dir: /srv/ckpt
+"""
+
+pytestmark = pytest.mark.fleet
+
+
+def build_fleet(dir, nodes, prefix, subnet):
+    base = harness.ensure_base()
+    fleet = harness.Fleet(dir=Path(dir), nodes_wanted=nodes, prefix=prefix, subnet=subnet)
+    if fleet.state_path.exists():
+        harness.Fleet.from_state(dir).down()
+    shutil.rmtree(fleet.apt_dir, ignore_errors=True)
+    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, sim=False, debian=DEBIAN_PACKAGES)
+    fleet.up(base=base)
+    fleet.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def rfleet():
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
+        pytest.fail("the role tests need root, debootstrap, systemd-container and equivs (see tests/fleet/conftest.py)")
+    started = time.monotonic()
+    fleet = build_fleet(FLEET_DIR, 2, "gpfr", "10.213.9")
+    print("role fleet up in %.1f s" % (time.monotonic() - started))
+    yield fleet
+    problems = fleet.down()
+    assert not problems and not fleet.leftovers(), problems + fleet.leftovers()
+
+
+@pytest.fixture(scope="module")
+def run(rfleet, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("roles")
+
+    def _run(playbook, *extra, limit=None, timeout=420):
+        args = list(extra) + (["--limit", limit] if limit else [])
+        started = time.monotonic()
+        r = PlaybookRun(rfleet, playbook, args, None, tmp).wait(timeout)
+        r.duration_s = time.monotonic() - started
+        print("%-60s %5.1f s rc=%s %s" % (" ".join([Path(str(playbook)).name] + args)[:60], r.duration_s,
+                                          r.proc.returncode, r.recap))
+        return r
+    return _run
+
+
+def node(rfleet, i):
+    return rfleet.nodes[i].name
+
+
+def sh(rfleet, i, cmd, check=True):
+    return rfleet.ssh(node(rfleet, i), cmd, timeout=60, check=check)
+
+
+def vars_file(rfleet, tmp_path, i, text):
+    checksum = sh(rfleet, i, "sha256sum %s" % MIRROR).stdout.split()[0]
+    path = tmp_path / ("vars-%d.yml" % i)
+    path.write_text(textwrap.dedent(text).format(mirror=MIRROR, checksum=checksum))
+    return path
+
+
+def prepare(run, rfleet, i):
+    """apt sees the repository; the prebuilt mirror archive exists (validation_tools' molecule prepare)."""
+    sh(rfleet, i, "apt-get update -q")
+    r = run(REPO / "roles/validation_tools/molecule/default/prepare.yml", limit=node(rfleet, i))
+    assert r.proc.returncode == 0, r.output[-3000:]
+
+
+def test_check_mode_on_a_fresh_node_changes_nothing_and_fails_nothing(run, rfleet, tmp_path):
+    prepare(run, rfleet, 0)
+    before = sh(rfleet, 0, "dpkg -l | md5sum; ls /etc/apt/sources.list.d /etc/systemd/system | md5sum").stdout
+    r = run(REPO / "playbooks/provision.yml", "--check", "-e", "@%s" % vars_file(rfleet, tmp_path, 0, DEFAULT_VARS),
+            limit=node(rfleet, 0))
+    assert r.proc.returncode == 0, r.output[-4000:]
+    assert r.recap[node(rfleet, 0)]["failed"] == 0
+    assert r.recap[node(rfleet, 0)]["changed"] > 0  # it did report what it would change
+    assert sh(rfleet, 0, "dpkg -l | md5sum; ls /etc/apt/sources.list.d /etc/systemd/system | md5sum").stdout == before
+    assert sh(rfleet, 0, "test -e /opt/gpufleet || test -e /etc/profile.d/gpufleet-training-env.sh",
+              check=False).returncode == 1
+
+
+def test_converge_is_idempotent_and_every_role_verifies(run, rfleet, tmp_path):
+    extra = ("-e", "@%s" % vars_file(rfleet, tmp_path, 0, DEFAULT_VARS))
+    first = run(REPO / "playbooks/provision.yml", *extra, limit=node(rfleet, 0))
+    assert first.proc.returncode == 0, first.output[-4000:]
+    second = run(REPO / "playbooks/provision.yml", *extra, limit=node(rfleet, 0))
+    assert second.proc.returncode == 0, second.output[-4000:]
+    changed = [line for _, line in second.lines if line.startswith("changed:")]
+    assert second.recap[node(rfleet, 0)]["changed"] == 0, "not idempotent: %s\n%s" % (changed, second.output[-3000:])
+    # Check mode on the converged node: nothing to change either.
+    check = run(REPO / "playbooks/provision.yml", "--check", *extra, limit=node(rfleet, 0))
+    assert check.proc.returncode == 0 and check.recap[node(rfleet, 0)]["changed"] == 0, check.output[-3000:]
+    for role in ROLES:
+        v = run(REPO / "roles" / role / "molecule/default/verify.yml", limit=node(rfleet, 0))
+        assert v.proc.returncode == 0, "%s verify failed:\n%s" % (role, v.output[-3000:])
+
+
+def test_a_branch_missing_from_the_repository_is_refused_and_installs_nothing(run, rfleet, tmp_path):
+    prepare(run, rfleet, 1)
+    r = run(REPO / "roles/nvidia_driver/molecule/default/converge.yml", "-e", '{"nvidia_driver_branch": "999"}',
+            limit=node(rfleet, 1))
+    assert r.proc.returncode != 0
+    assert "package nvidia-open-999 is not in the configured repositories" in " ".join(r.output.split())
+    assert "Available: nvidia-open-570, nvidia-open-575" in " ".join(r.output.split())
+    assert sh(rfleet, 1, "dpkg -l 'nvidia-*' 'cuda-drivers-*' 2>/dev/null | grep -c '^ii'", check=False).stdout.strip() == "0"
+
+
+def test_a_download_whose_checksum_does_not_match_fails_and_installs_nothing(run, rfleet):
+    r = run(REPO / "roles/validation_tools/molecule/default/converge.yml", "-e",
+            '{"validation_tools_prebuilt_checksum": "sha256:%s"}' % ("0" * 64), limit=node(rfleet, 1))
+    assert r.proc.returncode != 0
+    assert "did not match 0000000000" in " ".join(r.output.split())  # get_url refused the file
+    assert sh(rfleet, 1, "ls -A /opt/gpufleet/bin 2>/dev/null | wc -l").stdout.strip() == "0"
+
+
+NON_DEFAULT_VARS = """
+nvidia_driver_cuda_repo_url: file:/srv/gpufleet-apt/
+nvidia_driver_cuda_repo_trusted: true
+nvidia_driver_kernel_headers: false
+nvidia_driver_version: "570.172.08"
+nvidia_driver_pci_device_ids: ["1db6"]
+dcgm_cuda_major: "12"
+dcgm_expected_gpu_count: 8
+dcgm_exporter_listen_address: "127.0.0.1:9500"
+dcgm_exporter_extra_counters:
+  - {{name: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, type: counter, help: NVLink bandwidth}}
+dcgm_exporter_verify_metrics: [DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, DCGM_EXP_XID_ERRORS_COUNT]
+node_exporter_listen_address: ":9200"
+node_exporter_textfile_directory: /srv/textfile
+node_exporter_textfile_mode: "0775"
+training_env_extra_vars: {{NCCL_DEBUG: WARN}}
+training_env_vars:
+  TORCH_NCCL_ASYNC_ERROR_HANDLING: "1"
+  TORCH_NCCL_TRACE_BUFFER_SIZE: "50000"
+training_env_targets: [profile, systemd]
+training_env_deprecated_action: warn
+training_env_checkpoint_dir: /srv/ckpt2
+training_env_checkpoint_mode: "0700"
+validation_tools_tools: [gpu_burn]
+validation_tools_prefix: /opt/gf2
+validation_tools_install_method: prebuilt
+validation_tools_prebuilt_url: file://{mirror}
+validation_tools_prebuilt_checksum: "sha256:{checksum}"
+"""
+
+
+def test_non_default_variables(run, rfleet, tmp_path):
+    # A V100-class GPU (proprietary modules), 8 GPUs, an older kernel module still loaded (reboot pending), and an old
+    # image's deprecated variable that the operator wants flagged, not removed.
+    sh(rfleet, 1, "mkdir -p /etc/gpufleet-standin && echo 8 > /etc/gpufleet-standin/gpu-count && "
+                  "echo 550.54.14 > /etc/gpufleet-standin/loaded-driver-version && "
+                  "echo NCCL_ASYNC_ERROR_HANDLING=1 >> /etc/environment")
+    extra = ("-e", "@%s" % vars_file(rfleet, tmp_path, 1, NON_DEFAULT_VARS))
+    r = run(REPO / "playbooks/provision.yml", *extra, limit=node(rfleet, 1))
+    assert r.proc.returncode == 0, r.output[-4000:]
+    out = " ".join(r.output.split())
+    assert "REBOOT REQUIRED. NVIDIA driver 570.172.08 is installed but not running" in out
+    assert "deprecated NCCL_ASYNC_ERROR_HANDLING still set in /etc/environment:" in out
+    again = run(REPO / "playbooks/provision.yml", *extra, limit=node(rfleet, 1))
+    assert again.recap[node(rfleet, 1)]["changed"] == 0, again.output[-3000:]
+
+    state = sh(rfleet, 1, "; ".join([
+        "dpkg-query -W -f='${Package}=${Version} ' cuda-drivers-570 nvidia-open-570 2>/dev/null; echo",
+        "cat /run/reboot-required",
+        "python3 -c \"import urllib.request as u;print(u.urlopen('http://127.0.0.1:9500/metrics').read().decode())\""
+        " | grep -c '^DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{'",
+        "python3 -c \"import urllib.request as u;print(u.urlopen('http://127.0.0.1:9200/metrics').read().decode())\""
+        " | grep -c '^node_textfile_scrape_error'",
+        "stat -c '%a' /srv/textfile /srv/ckpt2",
+        "systemd-run --wait --pipe --quiet --collect printenv TORCH_NCCL_TRACE_BUFFER_SIZE NCCL_DEBUG",
+        "grep -c TORCH_NCCL /etc/environment || true",
+        "grep -c '^NCCL_ASYNC_ERROR_HANDLING=1' /etc/environment",
+        "ls /opt/gf2/bin",
+    ])).stdout.split("\n")
+    assert state[0].split() == ["cuda-drivers-570=570.172.08-1"]  # proprietary flavour, exact version, no open
+    assert "NVIDIA driver 570.172.08" in state[1]
+    assert state[2] == "8"  # the extra counter, one sample per GPU
+    assert state[3] == "1"
+    assert state[4:6] == ["775", "700"]
+    assert state[6:8] == ["50000", "WARN"]
+    assert state[8] == "0"  # environment target not selected: /etc/environment untouched ...
+    assert state[9] == "1"  # ... and the deprecated name only flagged
+    assert state[10:12] == ["compare.ptx", "gpu_burn"]
+
+
+def keep(dir):
+    """For molecule create.yml: a 1-node fleet kept up until <dir>/stop exists (the harness downs it at exit)."""
+    fleet = build_fleet(dir, 1, os.environ.get("GPUFLEET_MOLECULE_PREFIX", "gpfm"),
+                        os.environ.get("GPUFLEET_MOLECULE_SUBNET", "10.213.10"))
+    (Path(dir) / "ready").write_text(fleet.nodes[0].ip + "\n")
+    while not (Path(dir) / "stop").exists():
+        time.sleep(1)
+    fleet.down()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "keep" and sys.argv[2] == "--dir":
+        keep(sys.argv[3])
+    else:
+        sys.exit("usage: %s keep --dir DIR" % sys.argv[0])
