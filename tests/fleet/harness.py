@@ -442,7 +442,10 @@ class Fleet:
         argv = ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
                 "--directory=%s" % node.merged, "--machine=%s" % node.name,
                 "--network-namespace-path=/run/netns/%s" % node.netns, "--private-users=no",
-                "--resolv-conf=off", "--timezone=off", "--link-journal=no", "--console=pipe",
+                "--resolv-conf=off", "--timezone=off", "--link-journal=no",
+                # read-only: /dev/console is a pty whose output (boot status, the forwarded journal) is the log
+                "--console=%s" % os.environ.get("GPUFLEET_TESTFLEET_CONSOLE", "read-only"),
+                "--setenv=SYSTEMD_COLORS=0",
                 "--bind-ro=%s:%s" % (self.apt_dir, APT_MOUNT)]
         argv += ["--bind-ro=%s:%s" % (host, inside) for host, inside in self.binds]
         log = open(node.log, "ab")

@@ -54,7 +54,7 @@ def host_leftovers(fleet_dir):
 
 
 def test_cli_up_then_down_from_the_state_file_alone(fleet_dir):
-    up = cli("up", "2", "--dir", str(fleet_dir), "--prefix", PREFIX, "--subnet", SUBNET, "--no-sim")
+    up = cli("up", "2", "--dir", str(fleet_dir), "--prefix", PREFIX, "--subnet", SUBNET, "--empty-repo")
     assert up.returncode == 0, up.stdout + up.stderr
     # Ansible leaves ControlMaster processes behind: teardown must end those too.
     ping = subprocess.run([str(ANSIBLE_BIN / "ansible"), "-i", str(fleet_dir / "inventory.yml"), "all",
@@ -72,15 +72,15 @@ def test_cli_up_then_down_from_the_state_file_alone(fleet_dir):
     assert again.returncode == 0, "down must be idempotent: " + again.stderr
 
 
-def test_up_that_fails_midway_cleans_up_after_itself(fleet_dir, fleet_base, monkeypatch):
-    f = harness.Fleet(dir=fleet_dir, nodes_wanted=2, prefix=PREFIX, subnet=SUBNET, boot_timeout_s=1)
-
-    def never_ready(self, nodes=None):
-        raise harness.FleetError("simulated: sshd never came up")
-
-    monkeypatch.setattr(harness.Fleet, "_wait_all_ready", never_ready)
-    with pytest.raises(harness.FleetError, match="simulated"):
-        f.up(base=fleet_base)
+def test_up_that_times_out_says_where_it_stuck_and_cleans_up_after_itself(fleet_dir, fleet_base):
+    """A boot timeout far too short for sshd: `up` fails naming the node, the stage and its console log, and leaves
+    nothing behind."""
+    f = harness.Fleet(dir=fleet_dir, nodes_wanted=2, prefix=PREFIX, subnet=SUBNET, boot_timeout_s=0.3)
+    with pytest.raises(harness.FleetError) as err:
+        f.up(base=fleet_base, down_at_exit=False)
+    message = str(err.value)
+    assert "%s-node0: not ready within" % PREFIX in message and "stuck at:" in message, message
+    assert "console.log" in message, message
     assert host_leftovers(fleet_dir) == []
     assert f.leftovers() == []
 
@@ -88,7 +88,7 @@ def test_up_that_fails_midway_cleans_up_after_itself(fleet_dir, fleet_base, monk
 def test_up_killed_mid_boot_is_cleaned_by_down(fleet_dir):
     """SIGKILL the `up` process once a node is booting: no finalizer runs, the state file must be enough."""
     proc = subprocess.Popen([sys.executable, str(CLI), "up", "2", "--dir", str(fleet_dir), "--prefix", PREFIX,
-                             "--subnet", SUBNET, "--no-sim"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--subnet", SUBNET, "--empty-repo"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = fleet_dir / "state.json"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
