@@ -54,8 +54,8 @@ options:
     default: 50
   stop_file:
     description:
-      - Stop sampling (normally, not early) as soon as this file exists. The burn-in playbook touches it when the
-        burn ends, so the samples cover exactly the load window whatever the burn's real length.
+      - Stop sampling (normally, not early) as soon as this file exists, and delete it. The burn-in playbook touches
+        it when the burn ends, so the samples cover exactly the load window whatever the burn's real length.
     type: path
 seealso:
   - module: kentino.gpufleet.gpu_facts
@@ -226,6 +226,10 @@ def _wait_or_stop(until, stop_file):
     """Sleep until the monotonic time `until`; True as soon as stop_file exists (checked every 0.2 s)."""
     while True:
         if stop_file and os.path.exists(stop_file):
+            try:
+                os.unlink(stop_file)  # consumed: a later sampling with the same name must not stop at once
+            except OSError:
+                pass
             return True
         left = until - time.monotonic()
         if left <= 0:

@@ -115,6 +115,7 @@ def test_stop_file_ends_sampling_normally(standin, tmp_path):
     # One sample is always taken; the existing stop mark ends the run long before the 30 s duration.
     assert len(result["samples"]) == 1 and len(calls) == 1
     assert result["stopped_early"] is False and result["duration_s"] < 5
+    assert not stop.exists(), "the stop mark is consumed"
 
 
 def test_stop_file_absent_samples_for_the_duration(standin, tmp_path):
