@@ -885,6 +885,11 @@ def _check_error(node, name, state, reason, res):
         evidence.append("argv: %s rc=%s timed_out=%s" % (" ".join(map(str, tool["argv"])), tool.get("rc"),
                                                          tool.get("timed_out")))
     evidence = evidence or ["gpufleet_result_%s: %s" % (name, reason)]
+    if name == "run":  # the playbook's rescue: the node stopped before or between its checks (see the message)
+        node.add("error", "RUN_STOPPED", "%s: %s" % (node.host, reason),
+                 "fix what the message names on %s (an inventory value is checked against "
+                 "roles/gpufleet/meta/argument_specs.yml), then rerun" % node.host, evidence, check=name)
+        return
     node.add("error", "CHECK_ERROR", "%s: %s could not run: %s" % (node.host, name, reason),
              "make %s runnable on %s (%s), then rerun; no result is not a pass" % (name, node.host, reason),
              evidence, check=name)

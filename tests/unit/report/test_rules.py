@@ -433,3 +433,16 @@ def test_skipped_check_says_why_it_did_not_run():
     hv["gpufleet_result_gpu_burn"] = dict(skip, false_condition="gpufleet_checkpoint_path | length > 0")
     node = rules.evaluate_node("node-x", hv)
     assert node["checks"]["gpu_burn"]["reasons"] == ["not run: disabled (gpufleet_checkpoint_path | length > 0)"]
+
+
+def test_a_node_stopped_by_the_playbook_rescue_is_an_error_naming_the_variable():
+    hv = healthy()
+    hv["gpufleet_result_run"] = {
+        "verdict": "error",
+        "reasons": ["stopped at stage start: Validation of arguments failed: argument 'gpufleet_burn_duration_s' "
+                    "is of type str and we were unable to convert to int"],
+        "evidence": ["argument 'gpufleet_burn_duration_s' is of type str and we were unable to convert to int"]}
+    node = rules.evaluate_node("node-x", hv)
+    stopped = [f for f in node["findings"] if f["code"] == "RUN_STOPPED"]
+    assert node["verdict"] == "error" and len(stopped) == 1
+    assert "gpufleet_burn_duration_s" in stopped[0]["message"] and "argument_specs" in stopped[0]["action"]
