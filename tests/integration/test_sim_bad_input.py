@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import yaml
-from helpers.playbook_runner import REPO, nodes_by_host, run_playbook
+from helpers.playbook_runner import REPO, codes, nodes_by_host, run_playbook
 
 
 def test_bad_values_on_some_nodes_do_not_stop_the_others(tmp_path):
@@ -32,3 +32,18 @@ def test_bad_values_on_some_nodes_do_not_stop_the_others(tmp_path):
     assert by_host["sim-node03"]["checks"]["gpu_burn"]["verdict"] == "error"
     assert not pwned.exists()
     assert by_host["sim-node04"]["verdict"] == "pass" and by_host["sim-node04"]["checks"]["gpu_burn"]["verdict"] == "pass"
+
+
+def test_a_fleet_where_every_node_is_unreachable_still_gets_its_report(tmp_path):
+    inv = tmp_path / "inv"
+    subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(inv), "--nodes", "2"],
+                   check=True)
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    for node in hosts["gpufleet_sim"]["hosts"].values():  # nothing listens on port 1: refused at once
+        node.update({"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1})
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    rc, output, report = run_playbook("burn_in", tmp_path, inventory=str(inv))
+    assert report is not None, output[-3000:]
+    assert rc != 0
+    assert [n["verdict"] for n in report["nodes"]] == ["unreachable", "unreachable"]
+    assert all("UNREACHABLE" in codes(n) for n in report["nodes"])
