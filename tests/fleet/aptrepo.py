@@ -255,15 +255,18 @@ def add_debs(repo_dir, debs):
         shutil.copy2(deb, repo_dir / Path(deb).name)
 
 
-def build_repo(repo_dir, cache, base=None, specs=SPECS, sim=True, debian=(), mirror=None):
-    """Fill repo_dir with every spec under `specs`, the simulator (when sim/ exists) and `debian` packages; index it.
-
-    Returns {"packages": [deb file names], "sim": manifest or None}.
+def build_repo(repo_dir, cache, base=None, specs=SPECS, sim=True, debian=(), mirror=None, only=None):
+    """Fill repo_dir with the specs under `specs` (all, or the names in `only`), the simulator (when sim/ exists) and
+    `debian` packages; index it. Returns {"packages": [deb file names], "sim": manifest or None}.
     """
     repo_dir = Path(repo_dir)
     repo_dir.mkdir(parents=True, exist_ok=True)
     debs = []
-    for name in spec_names(specs):
+    names = spec_names(specs)
+    missing = sorted(set(only or ()) - set(names))
+    if missing:
+        raise AptRepoError("no package spec %s under %s" % (", ".join(missing), specs))
+    for name in names if only is None else sorted(only):
         debs += build_spec(Path(specs) / name, cache)
     manifest = None
     if sim and (REPO / "sim").is_dir():

@@ -60,7 +60,9 @@ def fleet(fleet_base):
     if f.state_path.exists():  # a previous run that crashed: clean it before anything else
         harness.Fleet.from_state(FLEET_DIR).down()
     shutil.rmtree(f.apt_dir, ignore_errors=True)
-    f.repo_info = aptrepo.build_repo(f.apt_dir, harness.DEFAULT_CACHE, base=fleet_base, debian=DEBIAN_PACKAGES)
+    # Only what these tests install: the role engineers' stand-ins are checked by test_every_package_spec_builds.
+    f.repo_info = aptrepo.build_repo(f.apt_dir, harness.DEFAULT_CACHE, base=fleet_base, debian=DEBIAN_PACKAGES,
+                                     only=("gpufleet-testfleet-probe",))
     f.up(base=fleet_base)
     f.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
     yield f

@@ -115,7 +115,7 @@ def ensure_base(cache=DEFAULT_CACHE, packages=BASE_PACKAGES, suite=DEFAULT_SUITE
     cache = Path(cache)
     cache.mkdir(parents=True, exist_ok=True)
     final = cache / ("base-" + base_key(packages, suite, mirror))
-    with open(cache / ".lock", "w") as lock:
+    with open(cache / (".lock-" + final.name), "w") as lock:  # per base: building one does not block another
         fcntl.flock(lock, fcntl.LOCK_EX)
         if final.is_dir() and (final / "etc/gpufleet-testfleet-base").exists() and not rebuild:
             return final

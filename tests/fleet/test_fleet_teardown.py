@@ -56,6 +56,7 @@ def host_leftovers(fleet_dir):
 def test_cli_up_then_down_from_the_state_file_alone(fleet_dir):
     up = cli("up", "2", "--dir", str(fleet_dir), "--prefix", PREFIX, "--subnet", SUBNET, "--empty-repo")
     assert up.returncode == 0, up.stdout + up.stderr
+    print(" ".join(line.strip() for line in up.stdout.splitlines() if " in " in line))
     # Ansible leaves ControlMaster processes behind: teardown must end those too.
     ping = subprocess.run([str(ANSIBLE_BIN / "ansible"), "-i", str(fleet_dir / "inventory.yml"), "all",
                            "-m", "ansible.builtin.ping"], capture_output=True, text=True, env=ansible_env(),
@@ -66,6 +67,7 @@ def test_cli_up_then_down_from_the_state_file_alone(fleet_dir):
     assert host_leftovers(fleet_dir), "the fleet should be visible before down"
     down = cli("down", "--dir", str(fleet_dir))  # a different process: only state.json to go by
     assert down.returncode == 0, down.stdout + down.stderr
+    print(down.stdout.strip())
     assert host_leftovers(fleet_dir) == []
     assert harness.Fleet.from_state(fleet_dir).leftovers() == []
     again = cli("down", "--dir", str(fleet_dir))
