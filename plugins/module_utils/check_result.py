@@ -23,6 +23,10 @@ _RANK = dict((v, i) for i, v in enumerate(VERDICT_ORDER))
 MAX_EVIDENCE_LINES = 60
 MAX_LINE_CHARS = 400
 
+# Where the validation_tools role installs gpu_burn and all_reduce_perf: the checks look there after PATH.
+TOOL_DIRS = ["/opt/gpufleet/bin"]
+VALIDATION_TOOLS_HINT = "install it with the kentino.gpufleet.validation_tools role or pass executable="
+
 
 def worst_of(verdicts, default="pass"):
     """The most severe verdict of an iterable (unknown strings count as error: never silently pass)."""

@@ -141,6 +141,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    TOOL_DIRS,
     build_result,
     missing_tool_reason,
     planned_tool,
@@ -153,7 +154,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.dcgm_diag_json im
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
-TOOL_DIRS = ["/opt/gpufleet/bin"]
 INSTALL_HINT = "install DCGM (datacenter-gpu-manager) or pass executable="
 DEFAULT_TIMEOUTS = {1: 300, 2: 900, 3: 2700, 4: 10800}
 # DCGM diag supports only level 1 on these product lines.

@@ -142,6 +142,8 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    TOOL_DIRS,
+    VALIDATION_TOOLS_HINT,
     build_result,
     missing_tool_reason,
     planned_tool,
@@ -149,9 +151,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import evaluate, parse_gpu_burn
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
-
-TOOL_DIRS = ["/opt/gpufleet/bin"]
-INSTALL_HINT = "install it with the kentino.gpufleet.validation_tools role or pass executable="
 
 
 def build_argv(executable, params):
@@ -202,7 +201,7 @@ def main():
         executable = find_tool(module, "gpu-burn", None, TOOL_DIRS)
     if executable is None:
         name = params["executable"] or "gpu_burn"
-        module.exit_json(**build_result("error", [missing_tool_reason(name, INSTALL_HINT)], [],
+        module.exit_json(**build_result("error", [missing_tool_reason(name, VALIDATION_TOOLS_HINT)], [],
                                         planned_tool(build_argv(name, params), error="not found")))
     # Absolute: gpu_burn runs from its own directory (compare.ptx), where a relative PATH entry no longer resolves.
     executable = os.path.abspath(executable)

@@ -181,6 +181,8 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    TOOL_DIRS,
+    VALIDATION_TOOLS_HINT,
     build_result,
     missing_tool_reason,
     planned_tool,
@@ -189,8 +191,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_tests_output import evaluate, parse_nccl_tests
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
-TOOL_DIRS = ["/opt/gpufleet/bin"]
-INSTALL_HINT = "install it with the kentino.gpufleet.validation_tools role or pass executable="
 _SIZE = re.compile(r"^[0-9]+[KMGkmg]?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -268,7 +268,7 @@ def main():
                          launcher or "mpirun")
     if test_binary is None:
         module.exit_json(**build_result("error", [missing_tool_reason(params["executable"] or "all_reduce_perf",
-                                                                      INSTALL_HINT)], [],
+                                                                      VALIDATION_TOOLS_HINT)], [],
                                         planned_tool(planned, error="not found")))
     if mpirun and launcher is None:
         module.exit_json(**build_result("error", [missing_tool_reason("mpirun", "install Open MPI (openmpi-bin) or "
