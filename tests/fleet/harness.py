@@ -519,15 +519,25 @@ class Fleet:
         """Pull the cable: the node keeps running but its packets go nowhere (no RST, so ssh must time out)."""
         _run(["ip", "link", "set", self.node(name).veth_host, "down"])
 
-    def restore_link(self, name):
-        _run(["ip", "link", "set", self.node(name).veth_host, "up"])
+    def restore_link(self, name, wait_s=30):
+        """Plug the cable back and wait until the node answers on port 22 again (up to wait_s)."""
+        node = self.node(name)
+        _run(["ip", "link", "set", node.veth_host, "up"])
+        # While the link was down the neighbour entry went FAILED: connecting now gives "No route to host" until the
+        # kernel probes again. Forget it so the next packet resolves the address afresh.
+        subprocess.run(["ip", "neigh", "flush", "to", node.ip], capture_output=True)
+        deadline = time.monotonic() + wait_s
+        while wait_s and time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection((node.ip, 22), timeout=1):
+                return
+            time.sleep(0.5)
 
     def restart_node(self, name):
         """Boot a node again on its existing overlay (after kill_node, or to recover a wedged one)."""
         node = self.node(name)
         if self._is_pid1_of(node, node.pid1) or container_pid1(node.netns):
             self.kill_node(name)
-        self.restore_link(name)
+        self.restore_link(name, wait_s=0)  # not booted yet: _wait_all_ready below waits for sshd
         self._boot(node)
         self._wait_all_ready([node])
 
