@@ -34,7 +34,9 @@ COMMON_VARS = {
     },
     # Per node: the role keeps its XID read position here. Shared by "local" nodes, one would hide another's XIDs.
     "gpufleet_state_dir": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/gpufleet",
-    "gpufleet_checkpoint_dir": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/checkpoint",
+    "gpufleet_checkpoint_path": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/checkpoint",
+    "gpufleet_checkpoint_size_gb": 1.0,
+    "gpufleet_checkpoint_write_test_mb": 64,
     "gpufleet_checkpoint_mounts_file": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/mounts",
 }
 
@@ -182,11 +184,17 @@ def test_hanging_tool_is_killed_on_the_node_with_its_children(fleet):
     assert left.returncode == 1, "tool processes survived on %s: %s" % (node, left.stdout)
 
 
-def test_sigint_during_the_report_leaves_no_partial_report(fleet, burn_in_setup):
-    """Ctrl-C while the report is written: ansible-playbook ends promptly and no half-written report stays behind."""
+def test_sigint_during_the_report_keeps_the_previous_report(fleet, burn_in_setup):
+    """Ctrl-C while the report is written: ansible-playbook ends promptly, the previous report stays intact and
+    readable (reports/latest still points at a whole report), and no half-written file stays behind."""
     _fresh_state(fleet)
     quick = ["-e", "gpufleet_burn_enabled=false", "-e", "gpufleet_dcgm_enabled=false",
              "-e", "gpufleet_nccl_enabled=false"]
+    first = _start(fleet, burn_in_setup, "ssh", "sigint", quick).wait(240)
+    previous = (first.report_dir / "latest").resolve()
+    before = {p.name: p.read_bytes() for p in previous.iterdir()}
+    assert set(before) >= {"report.json", "report.md", "report.html", "junit.xml"}, first.output[-3000:]
+
     run = _start(fleet, burn_in_setup, "ssh", "sigint", quick)
     deadline = time.monotonic() + 240
     while run.first(r"TASK \[Judge every node") is None:
@@ -197,11 +205,40 @@ def test_sigint_during_the_report_leaves_no_partial_report(fleet, burn_in_setup)
     run.wait(60)
     assert time.monotonic() - interrupted < 30, "ansible-playbook took too long to stop after SIGINT"
     assert run.proc.returncode != 0
+    print("SIGINT %.2f s after the report task started; rc=%s"
+          % (interrupted - run.started - run.first(r"TASK \[Judge every node"), run.proc.returncode))
+    # The previous run's files are untouched, byte for byte.
+    assert {p.name: p.read_bytes() for p in previous.iterdir()} == before
+    # latest points at a whole report: the previous one, or the new one if it was complete before the signal.
+    latest = (run.report_dir / "latest").resolve()
+    jsonschema.validate(json.loads((latest / "report.json").read_text()), json.loads(SCHEMA.read_text()))
+    assert {"report.json", "report.md", "report.html", "junit.xml"} <= {p.name for p in latest.iterdir()}
     for path in run.report_dir.rglob("*"):
-        assert not path.name.endswith((".tmp", ".part")) and not path.name.startswith("."), path
-    written = sorted(str(p.relative_to(run.report_dir)) for p in run.report_dir.rglob("*"))
-    print("SIGINT %.2f s after the report task started; rc=%s; report dir holds: %s"
-          % (interrupted - run.started - run.first(r"TASK \[Judge every node"), run.proc.returncode, written or "nothing"))
-    for report in run.report_dir.glob("*/report.json"):  # if the report got written before the signal, it is whole
-        jsonschema.validate(json.loads(report.read_text()), json.loads(SCHEMA.read_text()))
+        assert not path.name.endswith((".tmp", ".part")) and not path.name.startswith(".tmp"), path
     assert not [p for p in os.listdir("/proc") if p.isdigit() and str(run.report_dir) in harness._cmdline(int(p))]
+
+
+def test_hanging_tool_inside_the_burn_in_makes_that_node_an_error(fleet, burn_in_setup):
+    """The same hang inside the playbook: the node is `error` in the report with the timeout as its reason, the
+    other nodes are judged as usual, and nothing of the tool is left on the node."""
+    _fresh_state(fleet)
+    victim = fleet.nodes[0].name
+    fleet.ssh(victim, "printf '#!/bin/sh\\nsleep 3041 &\\nsleep 3042\\n' > /usr/local/bin/gpufleet-hang && "
+                      "chmod +x /usr/local/bin/gpufleet-hang")
+    host_vars = burn_in_setup["tmp"] / "hang_vars.yml"
+    host_vars.write_text(json.dumps({"gpufleet_nodes": {"hosts": {victim: {
+        "gpufleet_burn_executable": "/usr/local/bin/gpufleet-hang", "gpufleet_burn_timeout_s": 8}}}}))
+    quick = ["-e", "gpufleet_dcgm_enabled=false", "-e", "gpufleet_nccl_enabled=false"]
+    run = PlaybookRun(fleet, str(BURN_IN), ["-e", "gpufleet_report_dir=%s" % (burn_in_setup["tmp"] / "reports-hang"),
+                                            *quick],
+                      inventories=burn_in_setup["ssh"] + [host_vars], tmp_path=burn_in_setup["tmp"])
+    run.report_dir = burn_in_setup["tmp"] / "reports-hang"
+    run.wait(300)
+    report = _report(run)
+    node = [n for n in report["nodes"] if n["host"] == victim][0]
+    assert node["verdict"] == "error" and node["checks"]["gpu_burn"]["verdict"] == "error", node["checks"]
+    assert "timed out" in " ".join(node["checks"]["gpu_burn"]["reasons"]), node["checks"]["gpu_burn"]
+    others = {n["host"]: n["checks"]["gpu_burn"]["verdict"] for n in report["nodes"] if n["host"] != victim}
+    assert set(others.values()) <= {"pass", "fail"}, others  # judged, not errors
+    left = fleet.ssh(victim, "pgrep -af 'sleep 304[12]'", check=False)
+    assert left.returncode == 1, "tool processes survived on %s: %s" % (victim, left.stdout)
