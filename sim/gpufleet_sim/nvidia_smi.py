@@ -47,22 +47,22 @@ def _ecc_field(kind, scope, part):
     return get
 
 
-def _remap(key, fmt=str):
+def _ecc_counter(feature, key, fmt=str):
+    """A counter of the ECC state that only cards with `feature` (remapped_rows, retired_pages) report."""
     def get(v, g):
-        if not g["remapped_rows"]:
+        if not g[feature]:
             return NA
         e = v.ecc(g)
         return fmt(e[key]) if e else NA
     return get
+
+
+def _remap(key, fmt=str):
+    return _ecc_counter("remapped_rows", key, fmt)
 
 
 def _retired(key, fmt=str):
-    def get(v, g):
-        if not g["retired_pages"]:
-            return NA
-        e = v.ecc(g)
-        return fmt(e[key]) if e else NA
-    return get
+    return _ecc_counter("retired_pages", key, fmt)
 
 
 def _hist(level):
