@@ -8,12 +8,13 @@ Runs entirely on the controller. Documentation and the argument_spec live in plu
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
 
 # Only these variables feed the rules: reading every hostvar would template the whole inventory for nothing.
 _PREFIX = "gpufleet_"
@@ -69,6 +70,16 @@ def read_host(hostvars, host):
     return out
 
 
+def _fallback(doc):
+    """Write report.json where it can go (the temp directory); say where, or that only the console has it."""
+    path = os.path.join(tempfile.gettempdir(), "gpufleet-report-%s.json" % doc["run_id"])
+    try:
+        report.write_atomic(path, report.to_json(doc))
+        return "report.json was written to %s instead; the summary follows." % path
+    except OSError as exc:
+        return "no fallback file either (%s); the summary follows." % exc
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -114,15 +125,19 @@ class ActionModule(ActionBase):
             "failing_nodes": summary["gate"]["nodes"],
             "config_errors": [f["message"] for n in doc["nodes"] for f in n["findings"] if f["code"] == "CONFIG_INVALID"],
         })
+        report_dir = os.path.expanduser(args["report_dir"])
         if self._task.check_mode:
             result["msg"] = "check mode: report judged, no files written"
         else:
-            report_dir = os.path.expanduser(args["report_dir"])
             try:
-                written = report.write_report(doc, report_dir, latest=args["latest_link"])
+                written = report.write_report(doc, report_dir, latest=args["latest_link"], inputs=data)
             except (OSError, report.ReportError) as exc:
-                raise AnsibleActionFail("could not write the fleet report under %s: %s (check the directory exists "
-                                        "and is writable, or set report_dir)" % (report_dir, exc)) from exc
+                run_guard.release_lock(report_dir, doc["run_id"])
+                fallback = _fallback(doc)
+                raise AnsibleActionFail(
+                    "could not write the fleet report under %s: %s. The verdicts are not lost: %s\n%s" % (
+                        report_dir, exc, fallback, render_md.summary_table(doc))) from exc
+            run_guard.release_lock(report_dir, doc["run_id"])
             files = written["files"]
             result.update({
                 "changed": True,

@@ -1,85 +1,29 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""The common result shape of the check modules (docs/contracts.md), stdlib only: runs on the node.
+"""What the check modules share (stdlib only: runs on the node): the tool section of a result, and the exit.
 
-    verdict   pass | warn | fail | error | skipped
-    reasons   [str]   one line each, names the device
-    evidence  [str]   raw tool lines that justify the verdict
-    tool      ToolResult.as_dict() (or the planned argv in check mode)
+A check module returns OBSERVATIONS (what the tool printed, parsed; how it ran) plus the verdict its judge gives with
+the thresholds passed as options. The fleet report re-judges the same observations with the inventory's thresholds
+(docs/contracts.md), so everything a judge reads must be in the result:
+
+    tool       {argv, rc, timed_out, duration_s, error}   error: why it could not start (not found, not runnable)
+    not_run    null, or why nothing ran (check mode)
+    output_tail  last lines of output when the tool timed out (where it hung)
+    verdict, reasons, evidence   the node's own judgement (informational for the report)
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# Severity order used to combine findings. A proven failure outranks "could not run/read": it carries evidence and
-# an operator action, while error only says "unknown". skipped outranks pass so a run that skipped work never reads
-# as a clean pass.
-VERDICT_ORDER = ("pass", "skipped", "warn", "error", "fail")
-_RANK = dict((v, i) for i, v in enumerate(VERDICT_ORDER))
+import socket
 
-# Evidence is for humans and reports: enough lines to justify the verdict, bounded so a chatty tool cannot bloat
-# every host's result.
-MAX_EVIDENCE_LINES = 60
-MAX_LINE_CHARS = 400
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
+from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease
 
 # Where the validation_tools role installs gpu_burn and all_reduce_perf: the checks look there after PATH.
 TOOL_DIRS = ["/opt/gpufleet/bin"]
 VALIDATION_TOOLS_HINT = "install it with the kentino.gpufleet.validation_tools role or pass executable="
-
-
-def worst_of(verdicts, default="pass"):
-    """The most severe verdict of an iterable (unknown strings count as error: never silently pass)."""
-    worst = None
-    for verdict in verdicts:
-        rank = _RANK.get(verdict, _RANK["error"])
-        if worst is None or rank > _RANK[worst]:
-            worst = verdict if verdict in _RANK else "error"
-    return worst if worst is not None else default
-
-
-class Findings:
-    """Collects verdict, reasons and evidence while a parser's output is judged."""
-
-    def __init__(self):
-        self.verdicts = []
-        self.reasons = []
-        self.evidence = []
-
-    def add(self, verdict, reason, evidence=None):
-        self.verdicts.append(verdict)
-        if reason and reason not in self.reasons:
-            self.reasons.append(reason)
-        self.add_evidence(evidence)
-
-    def add_evidence(self, lines):
-        if not lines:
-            return
-        if isinstance(lines, str):
-            lines = [lines]
-        for line in lines:
-            line = str(line).rstrip("\r\n")[:MAX_LINE_CHARS]
-            if line and line not in self.evidence and len(self.evidence) < MAX_EVIDENCE_LINES:
-                self.evidence.append(line)
-
-    def verdict(self, default="pass"):
-        return worst_of(self.verdicts, default=default)
-
-    def as_dict(self, default="pass"):
-        return {"verdict": self.verdict(default), "reasons": list(self.reasons), "evidence": list(self.evidence)}
-
-
-def build_result(verdict, reasons, evidence, tool, **figures):
-    """The module result: common keys first, then the check's own figures (units in their names)."""
-    result = dict(figures)
-    result.update({
-        "verdict": verdict,
-        "reasons": list(reasons),
-        "evidence": list(evidence)[:MAX_EVIDENCE_LINES],
-        "tool": tool,
-        "changed": False,
-    })
-    return result
 
 
 def planned_tool(argv, error=None):
@@ -87,20 +31,53 @@ def planned_tool(argv, error=None):
     return {"argv": [str(a) for a in argv], "rc": None, "timed_out": False, "duration_s": 0.0, "error": error}
 
 
-def run_problem(tool_result, name, timeout_s):
-    """(verdict, reason, evidence) when the tool could not run or timed out, else None.
-
-    tool_result is a tool_runner.ToolResult. The last lines of output go into evidence so a hang shows where it hung.
-    """
-    if tool_result.error:
-        return "error", "%s could not be started: %s" % (name, tool_result.error), []
+def tool_section(tool_result):
+    """(tool dict, output_tail) of a finished tool_runner.ToolResult; the tail only when it timed out."""
+    tail = []
     if tool_result.timed_out:
         tail = (tool_result.stdout or "").replace("\r", "\n").strip().splitlines()[-5:]
         tail += (tool_result.stderr or "").strip().splitlines()[-5:]
-        return ("error", "%s timed out after %s s (killed with its process group); raise timeout= if the run is "
-                         "legitimately longer" % (name, timeout_s), tail)
-    return None
+    return tool_result.as_dict(), [line[:300] for line in tail]
 
 
 def missing_tool_reason(name, install_hint):
     return "%s not found: %s" % (name, install_hint)
+
+
+def node_name():
+    """How the node names itself in its own verdict's messages (the report uses the inventory name)."""
+    return socket.gethostname().split(".")[0] or "this node"
+
+
+def exit_check(module, observations, findings):
+    """Exit with the observations and the node's verdict from the judge's findings."""
+    result = dict(observations)
+    result.setdefault("not_run", None)
+    result.update(module_fields(findings, result["not_run"]))
+    result["changed"] = False
+    module.exit_json(**result)
+
+
+# The options every long check takes to stop by itself when the controller stops waiting (module_utils/lease.py).
+LEASE_OPTIONS = dict(
+    state_dir=dict(type="path"),
+    run_id=dict(type="str"),
+    lease_timeout=dict(type="int", default=180),
+)
+
+
+def open_lease(module):
+    """The run's Lease (touched once), or None when the module runs without a run id (on its own)."""
+    params = module.params
+    if not params.get("run_id"):
+        return None
+    if not params.get("state_dir"):
+        module.fail_json(msg="run_id needs state_dir (where the run's lease and job records live)")
+    if params["lease_timeout"] < 10:
+        module.fail_json(msg="lease_timeout must be at least 10 seconds, got %s" % params["lease_timeout"])
+    try:
+        lease = Lease(params["state_dir"], params["run_id"], params["lease_timeout"])
+        lease.touch()
+    except (ValueError, OSError) as exc:
+        module.fail_json(msg="cannot use the run's lease under %s: %s" % (params["state_dir"], exc))
+    return lease

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""Parse and judge `dcgmi diag -r N -j` output; stdlib only, runs on the node. signals.md section 3.
+"""Parse `dcgmi diag -r N -j` output; stdlib only, runs on the node (judged by judge_dcgm).
 
 Shapes read:
   DCGM 4.x  {"DCGM Diagnostic": {"test_categories": [{"category", "tests": [{"name", "results": [{"entity_group",
@@ -23,7 +23,6 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import Findings
 
 # dcgmErrorSeverity_t: 0 NONE, 1 MONITOR, 2 ISOLATE, 3 UNKNOWN, 4 TRIAGE, 5 CONFIG, 6 RESET. MONITOR and CONFIG mean
 # "can run work": a warning. Anything else (or no severity at all, as in 3.x) keeps the failure.
@@ -326,86 +325,8 @@ def level_run(parsed):
     return max(TEST_LEVELS.get(t["key"], 1) for t in ran)
 
 
-def evaluate(parsed, level_requested=None, rc=0):
-    """Verdict, reasons, evidence. level_requested is the int level passed to -r (None when unknown)."""
-    findings = Findings()
-    if parsed["hostengine_down"]:
-        findings.add("error", "dcgmi cannot reach the DCGM host engine: start nvidia-dcgm (nv-hostengine), e.g. "
-                              "systemctl enable --now nvidia-dcgm", parsed["messages"])
-        return findings.as_dict()
-    if parsed["format"] is None:
-        if parsed["messages"]:
-            findings.add("error", "dcgmi diag failed (rc=%s): %s" % (rc, parsed["messages"][0]), parsed["messages"])
-        else:
-            detail = "; " + parsed["problems"][0]["message"] if parsed["problems"] else ""
-            findings.add("error", "dcgmi diag printed no JSON results (rc=%s)%s" % (rc, detail),
-                         parsed["unparsed"]["samples"])
-        return findings.as_dict()
-    if parsed["runtime_error"]:
-        findings.add("error", "DCGM diag could not run: %s" % parsed["runtime_error"], parsed["runtime_error"])
-        return findings.as_dict()
-    tests = parsed["tests"]
-    if not tests:
-        findings.add("error", "DCGM diag JSON holds no test results: nothing was verified")
-        return findings.as_dict()
-    if all(t["status"] in ("skipped", None) for t in tests):
-        findings.add("error", "DCGM diag skipped every test: nothing was verified",
-                     ["%s: %s" % (t["name"], "; ".join(_all_info(t))[:200]) for t in tests])
-        return findings.as_dict()
-    if level_requested and level_requested >= 2:
-        heavy = [t for t in tests if TEST_LEVELS.get(t["key"], 1) >= 2]
-        if not any(t["status"] in ("pass", "warn", "fail") for t in heavy):
-            findings.add("error", "level %d requested but none of its hardware tests ran (%s): only the software "
-                                  "checks were verified; check GPU support for this level and the DCGM logs"
-                         % (level_requested, ", ".join("%s %s" % (t["name"], t["status"]) for t in heavy)
-                            or "none in the output"))
-    for test in tests:
-        for gpu in test["gpus"]:
-            if gpu["status"] in ("fail", "warn", "error"):
-                _add_gpu_finding(findings, test, gpu)
-        for entity in test["entities"]:
-            if entity["status"] in ("fail", "warn", "error"):
-                messages = [w["message"] for w in entity["warnings"]]
-                verdict = "error" if entity["status"] == "error" else entity["status"]
-                findings.add(verdict, "DCGM %s test %s on %s %s: %s" % (
-                    test["name"], entity["status"], entity["entity_group"],
-                    ",".join(str(i) for i in entity["entity_ids"]) or "(node)", "; ".join(messages) or "no detail"),
-                    messages)
-    if parsed["overall_result"] == "fail" and "fail" not in findings.verdicts:
-        findings.add("fail", "DCGM diag iterations report an overall Fail")
-    if rc == RC_ISOLATE:
-        findings.add("fail", "dcgmi exited 205 (DCGM_ST_NVVS_ISOLATE_ERROR): DCGM says isolate the GPU; drain the "
-                             "node and RMA the failing GPU")
-    elif rc == RC_DIAG_FAILURE and findings.verdict() == "pass":
-        findings.add("fail", "dcgmi exited 226 (diag failure) although no test result failed")
-    elif rc not in (0, None, RC_DIAG_FAILURE) and findings.verdict() == "pass":
-        findings.add("error", "dcgmi exited with rc=%s although its results pass" % rc)
-    return findings.as_dict()
-
-
 def _all_info(test):
     out = []
     for item in test["gpus"] + test["entities"]:
         out += item["info"] + [w["message"] for w in item["warnings"]]
     return out
-
-
-def _add_gpu_finding(findings, test, gpu):
-    messages = []
-    for warning in gpu["warnings"]:
-        text = warning["message"]
-        if warning["error_id"] is not None:
-            text += " (error_id %s" % warning["error_id"]
-            if warning["severity"] is not None:
-                text += ", severity %s" % SEVERITY_NAMES.get(warning["severity"], warning["severity"])
-            text += ")"
-        messages.append(text)
-    if gpu["status"] == "fail":
-        action = "drain the node and RMA the GPU if it fails again"
-    elif gpu["status"] == "warn":
-        action = "monitor it"
-    else:
-        action = "read the DCGM logs"
-    findings.add(gpu["status"], "GPU %s %s DCGM %s test: %s; %s" % (
-        gpu["index"], {"fail": "failed", "warn": "warned in", "error": "could not be judged by"}[gpu["status"]],
-        test["name"], "; ".join(messages) or "no detail", action), messages)

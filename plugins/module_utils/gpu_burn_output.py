@@ -22,7 +22,6 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import Findings
 
 _FRAME_START = re.compile(r"(\d{1,3}(?:\.\d+)?)%\s+proc'd:")
 _FRAME = re.compile(
@@ -262,66 +261,3 @@ def _gpu_status(entry):
     if entry["processed"] <= 0 or not entry["gflops_max"]:
         return "no_work"
     return "ok"
-
-
-def evaluate(parsed, expected_gpus=None, rc=0):
-    """Verdict, reasons and evidence for a parsed run (the tool ran and did not time out)."""
-    findings = Findings()
-    gpus = parsed["gpus"]
-    recognised = (parsed["burn_seconds"] is not None or parsed["frames"] or gpus or parsed["tested_gpus"] is not None
-                  or parsed["init_failures"] or parsed["cuda_failures"] or parsed["aborted"])
-    if not recognised:
-        findings.add("error", "gpu_burn output not recognised (rc=%s): no start, progress or summary lines" % rc,
-                     parsed["unparsed"]["samples"])
-        return findings.as_dict()
-    # Set-up problems make every later symptom (dead workers, missing GPUs) an artefact: report them alone.
-    for line in parsed["cuda_failures"]:
-        findings.add("error", "gpu_burn could not use CUDA (%s): check the driver with nvidia-smi" % line, line)
-    for line in parsed["init_failures"]:
-        if "compare kernel" in line or "compare.ptx" in line:
-            findings.add("error", "gpu_burn cannot find its compare kernel (%s): run it from the directory holding "
-                                  "compare.ptx (option cwd)" % line, line)
-    if findings.verdicts:
-        findings.add_evidence(parsed["evidence"])
-        return findings.as_dict()
-    for line in parsed["init_failures"]:
-        findings.add("fail", "a GPU test could not initialise (%s): the GPU is unusable, check nvidia-smi and "
-                             "the kernel log for XIDs" % line, line)
-    for line in parsed["aborted"]:
-        findings.add("fail", "all gpu_burn workers died (%s)" % line, line)
-    for line in parsed["compute_failures"]:
-        findings.add("fail", "a GPU failed during compute (%s)" % line, line)
-    for entry in gpus:
-        name = "GPU %s" % entry["index"]
-        if entry["cuda_index"] != entry["index"]:
-            name += " (gpu_burn device %s)" % entry["cuda_index"]
-        status = entry["status"]
-        if status == "not_initialised":
-            findings.add("fail", "%s appears in the progress but was never initialised" % name)
-        elif status == "died":
-            findings.add("fail", "%s: its gpu_burn worker died during the run (DIED!): check the kernel log for XIDs "
-                                 "and reseat/replace the card" % name, entry["died_line"])
-        elif status == "faulty":
-            detail = "%d calculation errors" % entry["errors"] if entry["errors"] else "reported FAULTY"
-            if entry["negative_error_frames"]:
-                detail += " (counter overflowed negative)"
-            findings.add("fail", "%s produced wrong results under load (%s): faulty GPU memory or compute, RMA the "
-                                 "card if it repeats" % (name, detail), entry["first_error_line"])
-        elif status == "no_work" and parsed["frames"]:
-            findings.add("fail", "%s was initialised but did no work (proc'd %s, Gflop/s %s): hung or stalled GPU"
-                         % (name, entry["processed"], entry["gflops_max"]))
-    initialised = [g for g in gpus if g["initialised"]]
-    if expected_gpus is not None and len(initialised) < expected_gpus:
-        findings.add("fail", "only %d of %d expected GPUs initialised: a GPU is missing (check nvidia-smi, risers, "
-                             "power)" % (len(initialised), expected_gpus))
-    if not parsed["frames"]:
-        findings.add("error", "gpu_burn printed no progress frames: nothing was measured")
-    elif parsed["tested_gpus"] is None and not parsed["aborted"]:
-        findings.add("error", "gpu_burn did not finish (no 'Tested N GPUs' summary, last progress %s%%)"
-                     % parsed["last_percent"])
-    if parsed["tested_gpus"] is not None and parsed["tested_gpus"] != len(gpus) and gpus:
-        findings.add("error", "gpu_burn tested %d GPUs but its output shows %d" % (parsed["tested_gpus"], len(gpus)))
-    if rc not in (0, None) and not findings.verdicts:
-        findings.add("error", "gpu_burn exited with rc=%s although its output looks clean" % rc)
-    findings.add_evidence(parsed["evidence"])
-    return findings.as_dict()

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""Parse and judge nccl-tests (all_reduce_perf and friends) stdout; stdlib only, runs on the node. signals.md section 4.
+"""Parse nccl-tests (all_reduce_perf and friends) stdout; stdlib only, runs on the node (judged by judge_nccl).
 
 Shapes read (nccl-tests common.cu / util.cu format strings):
   # nccl-tests version 2.17.1 nccl-headers=22703 nccl-library=22703
@@ -21,7 +21,6 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import Findings
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+"
@@ -67,7 +66,6 @@ def _new_output():
         "avg_busbw_check": None, "bitwise_mismatches": None, "concluded": False, "failures": [], "last_error": None,
         "foreign_lines_in_table": 0, "wrong_values": 0, "peak_busbw_gbps": None, "largest_size_bytes": None,
         "unparsed": {"count": 0, "samples": []}, "problems": [],
-        "_lines": [],  # raw row lines, parallel to rows: evidence only, not returned by the module
     }
 
 
@@ -136,8 +134,8 @@ def parse_nccl_tests(text):
             continue
         row = _parse_row(line, half_width, has_root)
         if row is not None:
+            row["line"] = line[:300]  # the evidence the judge quotes
             out["rows"].append(row)
-            out["_lines"].append(line)
             in_table = True
             continue
         if in_table:
@@ -214,77 +212,3 @@ def _figures(out):
         values = [r[k] for r in rows if r["size_bytes"] == largest for k in ("oop_busbw_gbps", "ip_busbw_gbps")
                   if r[k] is not None]
         out["peak_busbw_gbps"] = max(values) if values else None
-
-
-def _fmt_size(size):
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= factor and size % factor == 0:
-            return "%d %s" % (size // factor, unit)
-    return "%d B" % size
-
-
-def evaluate(parsed, rc=0, min_busbw_gbps=None):
-    """Verdict, reasons and evidence for a parsed run (the tool ran and did not time out)."""
-    findings = Findings()
-    rows = parsed["rows"]
-    for line in parsed["failures"][:3]:
-        findings.add("fail", "NCCL test failed: %s" % line, line)
-    if not rows:
-        if not parsed["failures"]:
-            findings.add("error", "nccl-tests printed no result rows (rc=%s): nothing was measured" % rc,
-                         parsed["unparsed"]["samples"])
-        return findings.as_dict()
-    if rc not in (0, None):
-        findings.add("fail", "nccl-tests exited with rc=%s after printing %d result rows" % (rc, len(rows)))
-    bad_rows = [r for r in rows if (r["oop_wrong"] or 0) or (r["ip_wrong"] or 0)]
-    if bad_rows:
-        findings.add("fail", "%d wrong values in the collective results (sizes %s): data corrupted between GPUs; "
-                             "check the links (NVLink/PCIe risers) and rerun per GPU pair"
-                     % (parsed["wrong_values"], ", ".join(_fmt_size(r["size_bytes"]) for r in bad_rows[:5])),
-                     [_raw(parsed, r) for r in bad_rows[:5]])
-    if parsed["out_of_bounds"]:
-        findings.add("fail", "nccl-tests reports %d out-of-bounds values" % parsed["out_of_bounds"],
-                     "# Out of bounds values : %d %s" % (parsed["out_of_bounds"], parsed["out_of_bounds_status"] or ""))
-    if parsed["bitwise_mismatches"]:
-        findings.add("fail", "nccl-tests reports %d bitwise mismatches between repeats" % parsed["bitwise_mismatches"])
-    if parsed["failures"] or rc not in (0, None):
-        # A failed run's bandwidth and truncation are consequences of the failure, not separate findings.
-        return findings.as_dict()
-    peak = parsed["peak_busbw_gbps"]
-    largest = parsed["largest_size_bytes"]
-    largest_lines = [_raw(parsed, r) for r in rows if r["size_bytes"] == largest]
-    if min_busbw_gbps is not None:
-        if peak is None:
-            findings.add("error", "no bus bandwidth could be read at the largest size (%s)" % _fmt_size(largest))
-        elif peak < min_busbw_gbps:
-            findings.add("fail", "bus bandwidth %.2f GB/s at %s is below the minimum %.2f GB/s: check the PCIe/NVLink "
-                                 "topology (nvidia-smi topo -m), link gen/width under load, risers and NCCL_* settings"
-                         % (peak, _fmt_size(largest), min_busbw_gbps), largest_lines)
-    if parsed["avg_busbw_check"] == "FAILED":
-        findings.add("warn", "nccl-tests' own average bus bandwidth check FAILED (NCCL_TESTS_MIN_BW): the average "
-                             "includes tiny sizes, see peak_busbw_gbps")
-    max_bytes = parsed["header"].get("max_bytes")
-    if max_bytes and largest is not None and largest < max_bytes and not _next_step_exceeds(parsed, largest):
-        findings.add("warn", "results stop at %s, before maxBytes %s: the run ended early" % (
-            _fmt_size(largest), _fmt_size(max_bytes)), largest_lines)
-    if parsed["header"].get("validation") == 0 or all(r["oop_wrong"] is None and r["ip_wrong"] is None for r in rows):
-        findings.add("warn", "data validation was off (#wrong is N/A): corrupted results would go unnoticed; run "
-                             "without -c 0")
-    if not parsed["concluded"] and parsed["avg_busbw_gbps"] is None and not findings.verdicts:
-        # Old nccl-tests print no "concluded" line, but every version prints the footer.
-        findings.add("warn", "output ended before the footer ('# Avg bus bandwidth')", largest_lines)
-    # The figure the controller compares with the platform baseline: always shown.
-    findings.add_evidence(largest_lines)
-    return findings.as_dict()
-
-
-def _next_step_exceeds(parsed, largest):
-    # With -f F the last size is the biggest power step <= maxBytes, which can be below maxBytes.
-    factor = parsed["header"].get("step_factor")
-    return bool(factor and factor > 1 and largest * factor > parsed["header"].get("max_bytes", 0))
-
-
-def _raw(parsed, row):
-    index = parsed["rows"].index(row)
-    lines = parsed.get("_lines") or []
-    return lines[index] if index < len(lines) else str(row)

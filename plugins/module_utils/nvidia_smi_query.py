@@ -67,6 +67,10 @@ SAMPLE_SPEC = (
     ("utilization_gpu_pct", ("utilization.gpu",)),
     ("throttle_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
     ("memory_used_mib", ("memory.used",)),
+    # The rated link, so the sampler's judge needs no other source; corrected ECC to see a leak grow under load.
+    ("pcie_gen_max", ("pcie.link.gen.max",)),
+    ("pcie_width_max", ("pcie.link.width.max",)),
+    ("ecc_volatile_corrected", ("ecc.errors.corrected.volatile.total",)),
 )
 
 TOOL_HINT = "check `dmesg` for XID 79 (GPU fallen off the bus) and reseat/recable the card or power-cycle the node"

@@ -80,10 +80,12 @@ def _group_alive(pgid):
         return False
 
 
-def run_tool(argv, timeout_s, env=None, cwd=None, stdin_data=None, grace_s=5.0):
+def run_tool(argv, timeout_s, env=None, cwd=None, stdin_data=None, grace_s=5.0, lease=None):
     """Run argv with a hard timeout; never raises for tool failures, returns a ToolResult.
 
     env: extra variables merged over the module's environment (LC_ALL=C is always set so output is parseable).
+    lease: a lease.Lease: the tool's process group is recorded under the run, and killed as soon as the controller
+    stops refreshing the lease (the result then has `error` saying so).
     """
     full_env = dict(os.environ)
     full_env["LC_ALL"] = "C"
@@ -105,8 +107,12 @@ def run_tool(argv, timeout_s, env=None, cwd=None, stdin_data=None, grace_s=5.0):
         return ToolResult(argv, None, "", "", False, time.monotonic() - started,
                           error="cannot execute %s: %s" % (argv[0], exc.strerror or exc))
     timed_out = False
+    abandoned = None
     try:
-        out, err = proc.communicate(input=stdin_data, timeout=timeout_s)
+        if lease is None:
+            out, err = proc.communicate(input=stdin_data, timeout=timeout_s)
+        else:
+            out, err, abandoned = _communicate_leased(proc, stdin_data, timeout_s, lease, started)
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc, grace_s)
@@ -123,7 +129,27 @@ def run_tool(argv, timeout_s, env=None, cwd=None, stdin_data=None, grace_s=5.0):
         # The leader exited; children it left in its group (daemonised workers) must not outlive the check.
         if _group_alive(proc.pid):
             _kill_group(proc, grace_s)
-    return ToolResult(argv, proc.returncode, _decode(out), _decode(err), timed_out, time.monotonic() - started)
+    return ToolResult(argv, proc.returncode, _decode(out), _decode(err), timed_out, time.monotonic() - started,
+                      error=abandoned)
+
+
+def _communicate_leased(proc, stdin_data, timeout_s, lease, started):
+    """communicate() in one-second slices, checking the lease between them. (out, err, abandoned reason or None)."""
+    lease.record(proc.pid, proc.args)
+    first = True
+    while True:
+        left = timeout_s - (time.monotonic() - started)
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        try:
+            out, err = proc.communicate(input=stdin_data if first else None, timeout=min(1.0, left))
+            return out, err, None
+        except subprocess.TimeoutExpired:
+            first = False
+        if lease.expired():
+            _kill_group(proc, 5.0)
+            out, err = proc.communicate(timeout=10)
+            return out, err, lease.reason()
 
 
 def find_tool(module, name, executable=None, extra_dirs=None):

@@ -195,7 +195,8 @@ import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import Findings, build_result, planned_tool
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_storage
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import exit_check, node_name, planned_tool
 from ansible_collections.kentino.gpufleet.plugins.module_utils.mounts import (
     backing_devices,
     disk_for_source,
@@ -203,11 +204,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.mounts import (
     nvme_devices_for_source,
     read_mounts,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import (
-    assess_health,
-    parse_nvme_smart_log,
-    parse_smartctl_json,
-)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import parse_nvme_smart_log, parse_smartctl_json
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
 MB = 1000 * 1000
@@ -215,8 +212,6 @@ GB = 1000 * MB
 _CHUNK = 4 * 1024 * 1024
 _NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "fuse.sshfs", "lustre", "beegfs", "gpfs",
                "fuse.juicefs", "9p", "virtiofs")
-_READ_ONLY_ACTION = ("check `dmesg` for 'Remounting filesystem read-only', fsck the filesystem, check NVMe health "
-                     "(nvme smart-log), then remount read-write or move checkpoints")
 
 
 def _user():
@@ -349,30 +344,7 @@ def _run_write_test(directory, size_bytes, timeout_s):
     return box["result"]
 
 
-def _write_failure(findings, res, path, user):
-    err, stage = res.get("errno"), res.get("stage")
-    raw = "%s: %s (%s) at %s" % (path, res.get("error"), err, stage)
-    if err in ("EACCES", "EPERM"):
-        findings.add("fail", "%s is not writable by %s (uid %d): %s; chown/chmod it for the training user or run "
-                     "as its owner" % (path, user["name"], user["uid"], _owner_mode(path)), raw)
-    elif err == "EROFS":
-        findings.add("fail", "%s is on a read-only filesystem: %s" % (path, _READ_ONLY_ACTION), raw)
-    elif err in ("ENOSPC", "EDQUOT"):
-        findings.add("fail", "%s is full (%s) during a %s-byte write test: free space or raise the quota"
-                     % (path, err, res.get("bytes")), raw)
-    elif err == "EIO":
-        findings.add("fail", "%s: I/O error while writing (%s): check `dmesg` and the drive's health, replace it if "
-                     "media errors grow" % (path, stage), raw)
-    elif err == "ETIMEDOUT":
-        findings.add("fail", "%s: %s: the storage is hanging (NFS server? failing drive?)" % (path, res["error"]), raw)
-    elif stage == "compare":
-        findings.add("fail", "%s: %s: silent data corruption on this storage, do not checkpoint here"
-                     % (path, res["error"]), raw)
-    else:
-        findings.add("fail", "%s: write test failed at %s: %s" % (path, stage, res.get("error")), raw)
-
-
-def _device_health(module, device, params, findings, notes):
+def _device_health(module, device, params, notes):
     """Run nvme-cli (or smartctl) for one NVMe controller; returns (entry, tool_dict or None)."""
     # nvme-cli only speaks NVMe; smartctl reads both (and is the only choice for SATA/SAS disks).
     nvme = find_tool(module, "nvme", params["nvme_executable"]) if nvme_devices_for_source(device) else None
@@ -385,7 +357,7 @@ def _device_health(module, device, params, findings, notes):
         notes.append("no %s found: health of %s not checked (install %s)" % (
             "nvme-cli or smartctl" if nvme_devices_for_source(device) else "smartctl", device,
             "nvme-cli" if nvme_devices_for_source(device) else "smartmontools"))
-        return {"device": device, "tool": None, "health": None, "findings": []}, None
+        return {"device": device, "tool": None, "health": None, "readable": False}, None
     res = run_tool(argv, params["timeout"])
     if nvme:
         health = parse_nvme_smart_log(res.stdout)
@@ -394,27 +366,15 @@ def _device_health(module, device, params, findings, notes):
     health["device"] = health.get("device") or device
     readable = health["percent_used"] is not None or health["critical_warning"] is not None \
         or health.get("smart_passed") is not None
-    if res.error or res.timed_out or not readable:
+    entry = {"device": device, "tool": os.path.basename(argv[0]), "health": health,
+             "readable": bool(readable and not res.error and not res.timed_out)}
+    if not entry["readable"]:
         why = res.error or ("timed out" if res.timed_out else "; ".join(
             p["message"] for p in health["problems"][:2]) or "rc %s" % res.rc)
-        first = (res.stderr or res.stdout or "").strip().splitlines()[:1]
         notes.append("health of %s not read with %s: %s%s" % (device, os.path.basename(argv[0]), why,
                                                              " (needs root: become: true)" if "ermission" in
                                                              (res.stderr + res.stdout + why) else ""))
-        findings.add_evidence(first)
-        return {"device": device, "tool": os.path.basename(argv[0]), "health": health, "findings": []}, res.as_dict()
-    device_findings = assess_health(health, wear_warn_pct=params["wear_warn_pct"])
-    summary = "%s: critical_warning=%s percent_used=%s available_spare=%s/%s media_errors=%s" % (
-        device, health["critical_warning"], health["percent_used"], health["available_spare_pct"],
-        health["available_spare_threshold_pct"], health["media_errors"])
-    for finding in device_findings:
-        action = ""
-        if finding["kind"] in ("critical_warning_read_only", "critical_warning_reliability_degraded",
-                               "smart_failing"):
-            action = ": replace the drive; copy the checkpoints off it now"
-        findings.add(finding["severity"], finding["message"] + action, summary)
-    return {"device": device, "tool": os.path.basename(argv[0]), "health": health,
-            "findings": device_findings}, res.as_dict()
+    return entry, res.as_dict()
 
 
 def _targets_for(mount):
@@ -455,100 +415,56 @@ def main():
         module.fail_json(msg="checkpoint_size_gb must be > 0, got %s" % p["checkpoint_size_gb"])
     if p["interval_min"] <= 0:
         module.fail_json(msg="interval_min must be > 0, got %s" % p["interval_min"])
+    t = {"gpufleet_storage_margin_pct": p["margin_pct"], "gpufleet_storage_min_free_inodes": p["min_free_inodes"],
+         "gpufleet_storage_max_overhead_pct": p["max_overhead_pct"], "gpufleet_storage_wear_warn_pct": p["wear_warn_pct"]}
 
-    findings = Findings()
     notes = []
-    user = _user()
     given = p["path"]
     resolved = os.path.realpath(given)
-    path_info = {"given": given, "resolved": resolved, "exists": os.path.isdir(resolved)}
-    space = {"free_gb": None, "total_gb": None, "free_inodes": None, "total_inodes": None, "required_gb": None,
-             "fits": None, "checkpoints_that_fit": None}
-    wt = {"performed": False, "bytes": None, "write_s": None, "read_s": None, "write_mb_per_s": None,
-          "read_mb_per_s": None, "verified": None, "error": None, "errno": None, "stage": None, "file": None}
-    figures = {"estimated_checkpoint_s": None, "overhead_pct": None, "worst_case_lost_min": p["interval_min"]}
-    devices = []
-    tool = planned_tool([])  # argv [] = no health tool ran (none applies or none installed: see notes)
+    obs = {
+        "tool": planned_tool([]),  # argv [] = no health tool ran (none applies or none installed: see notes)
+        "job": {"checkpoint_size_gb": p["checkpoint_size_gb"], "keep": p["keep"], "interval_min": p["interval_min"]},
+        "path": {"given": given, "resolved": resolved, "exists": os.path.exists(resolved),
+                 "is_dir": os.path.isdir(resolved), "writable": None, "owner_mode": None},
+        "mount": None, "space": {}, "devices": [], "notes": notes, "user": _user(),
+        "write_test": {"performed": False, "bytes": None, "write_s": None, "read_s": None, "write_mb_per_s": None,
+                       "read_mb_per_s": None, "verified": None, "error": None, "errno": None, "stage": None,
+                       "file": None},
+    }
 
     def finish():
-        module.exit_json(**build_result(findings.verdict(), findings.reasons, findings.evidence, tool,
-                                        path=path_info, mount=mount, space=space, write_test=wt, devices=devices,
-                                        notes=notes, user=user, **figures))
+        obs.update(judge_storage.figures(obs))
+        exit_check(module, obs, judge_storage.judge(obs, t, node_name()))
 
-    mount = None
     mounts = read_mounts(p["mounts_file"])
     if mounts["unparsed"]["count"]:
         sample = mounts["unparsed"]["samples"][0]
         notes.append("%d lines of %s not understood, e.g. %r (%s)" % (
             mounts["unparsed"]["count"], p["mounts_file"], sample["line"], sample["reason"]))
-    if not os.path.exists(resolved):
-        findings.add("fail", "%s does not exist: create it (the kentino.gpufleet.training_env role creates it) or "
-                     "fix the checkpoint path" % given)
+    if not obs["path"]["is_dir"]:
         finish()
-    if not os.path.isdir(resolved):
-        findings.add("fail", "%s is not a directory: point the checkpoint path at a directory" % given)
-        finish()
+    obs["path"]["writable"] = os.access(resolved, os.W_OK | os.X_OK)
+    obs["path"]["owner_mode"] = _owner_mode(resolved)
 
-    mount = find_mount(mounts["mounts"], resolved)
+    mount = obs["mount"] = find_mount(mounts["mounts"], resolved)
     if mount is None:
         notes.append("no entry of %s holds %s: mount state unknown" % (p["mounts_file"], resolved))
-    elif mount["read_only"]:
-        findings.add("fail", "%s is on a read-only mount (%s on %s): %s" % (
-            given, mount["source"], mount["target"], _READ_ONLY_ACTION), mount["line"])
-
     try:
         st = os.statvfs(resolved)
+        obs["space"] = {"free_gb": round(st.f_bavail * st.f_frsize / GB, 3),
+                        "total_gb": round(st.f_blocks * st.f_frsize / GB, 3), "free_inodes": st.f_favail,
+                        "total_inodes": st.f_files,
+                        "statvfs_line": "statvfs %s: f_bavail=%d f_frsize=%d f_favail=%d f_files=%d" % (
+                            resolved, st.f_bavail, st.f_frsize, st.f_favail, st.f_files)}
     except OSError as exc:
-        findings.add("error", "statvfs(%s) failed: %s" % (resolved, exc.strerror or exc))
-        st = None
-    if st is not None:
-        free_bytes = st.f_bavail * st.f_frsize
-        space.update({"free_gb": round(free_bytes / GB, 3), "total_gb": round(st.f_blocks * st.f_frsize / GB, 3),
-                      "free_inodes": st.f_favail, "total_inodes": st.f_files})
-        raw = "statvfs %s: f_bavail=%d f_frsize=%d f_favail=%d f_files=%d" % (
-            resolved, st.f_bavail, st.f_frsize, st.f_favail, st.f_files)
-        if p["checkpoint_size_gb"]:
-            one = p["checkpoint_size_gb"] * GB
-            required = one * p["keep"] * (1 + p["margin_pct"] / 100.0)
-            space["required_gb"] = round(required / GB, 3)
-            space["fits"] = free_bytes >= required
-            space["checkpoints_that_fit"] = int(free_bytes // one)
-            if not space["fits"]:
-                findings.add("fail", "%s has %.1f GB free but %d checkpoints of %s GB (+%s%% margin) need %.1f GB: "
-                             "free space, lower keep, or move checkpoints to a bigger volume" % (
-                                 given, free_bytes / GB, p["keep"], p["checkpoint_size_gb"], p["margin_pct"],
-                                 required / GB), raw)
-        else:
-            notes.append("checkpoint_size_gb not given: free space reported, not judged")
-        # f_files == 0: filesystems without an inode limit (btrfs, some network filesystems) report zero.
-        if st.f_files > 0 and st.f_favail < p["min_free_inodes"]:
-            findings.add("fail", "%s has only %d free inodes (< %d): sharded checkpoints will fail with ENOSPC; "
-                         "delete old files or recreate the filesystem with more inodes" % (
-                             given, st.f_favail, p["min_free_inodes"]), raw)
-        findings.add_evidence(raw)
+        obs["space"] = {"error": exc.strerror or str(exc)}
+    if not p["checkpoint_size_gb"]:
+        notes.append("checkpoint_size_gb not given: free space reported, not judged")
 
     if module.check_mode:
         notes.append("check mode: write test skipped")
-        if not os.access(resolved, os.W_OK | os.X_OK):
-            findings.add("fail", "%s is not writable by %s (uid %d): %s" % (
-                given, user["name"], user["uid"], _owner_mode(resolved)))
     elif p["write_test_mb"] > 0:
-        wt = _run_write_test(resolved, p["write_test_mb"] * MB, p["timeout"])
-        if wt["error"]:
-            _write_failure(findings, wt, given, user)
-        elif wt["write_mb_per_s"]:
-            findings.add_evidence("write test %s: %d bytes written+fsync in %.3f s (%.1f MB/s), read back in %.3f s, "
-                                  "verified" % (given, wt["bytes"], wt["write_s"], wt["write_mb_per_s"],
-                                                wt["read_s"]))
-            if p["checkpoint_size_gb"]:
-                est = p["checkpoint_size_gb"] * GB / (wt["write_mb_per_s"] * MB)
-                figures["estimated_checkpoint_s"] = round(est, 2)
-                figures["overhead_pct"] = round(est / (p["interval_min"] * 60.0) * 100.0, 3)
-                if figures["overhead_pct"] > p["max_overhead_pct"]:
-                    findings.add("warn", "%s writes at %.0f MB/s: a %s GB checkpoint takes ~%.0f s, %.1f%% of the %s-min "
-                                 "interval (> %s%%): use faster local NVMe, async checkpointing, or a longer interval"
-                                 % (given, wt["write_mb_per_s"], p["checkpoint_size_gb"], est,
-                                    figures["overhead_pct"], p["interval_min"], p["max_overhead_pct"]))
+        obs["write_test"] = _run_write_test(resolved, p["write_test_mb"] * MB, p["timeout"])
     else:
         notes.append("write_test_mb=0: write test disabled")
 
@@ -562,10 +478,10 @@ def main():
                 notes.append("%s (%s) is not backed by a local NVMe or disk device: health not checked" % (
                     mount["target"], mount["source"]))
             for target in targets:
-                entry, tool_dict = _device_health(module, target, p, findings, notes)
-                devices.append(entry)
+                entry, tool_dict = _device_health(module, target, p, notes)
+                obs["devices"].append(entry)
                 if tool_dict:
-                    tool = tool_dict
+                    obs["tool"] = tool_dict
     finish()
 
 

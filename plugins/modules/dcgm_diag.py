@@ -140,18 +140,18 @@ problems:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dcgm
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    LEASE_OPTIONS,
     TOOL_DIRS,
-    build_result,
+    exit_check,
+    open_lease,
     missing_tool_reason,
+    node_name,
     planned_tool,
-    run_problem,
+    tool_section,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.dcgm_diag_json import (
-    evaluate,
-    level_run,
-    parse_dcgm_diag,
-)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.dcgm_diag_json import level_run, parse_dcgm_diag
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
 INSTALL_HINT = "install DCGM (datacenter-gpu-manager) or pass executable="
@@ -194,6 +194,7 @@ def main():
             gpu_names=dict(type="list", elements="str"),
             gpus=dict(type="list", elements="int"),
             timeout=dict(type="int"),
+            **LEASE_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -202,6 +203,11 @@ def main():
         module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
     if params["timeout"] is not None and params["timeout"] < 1:
         module.fail_json(msg="timeout must be at least 1 second, got %s" % params["timeout"])
+    lease = open_lease(module)
+    host = node_name()
+
+    def finish(observations):
+        exit_check(module, observations, judge_dcgm.judge(observations, {}, host))
 
     executable = find_tool(module, "dcgmi", params["executable"], TOOL_DIRS)
     name = executable or params["executable"] or "dcgmi"
@@ -209,34 +215,27 @@ def main():
         # No nvidia-smi call either: check mode runs nothing on the GPUs.
         level = params["level"]
         argv = [name, "diag", "-r", level, "-j"] + (["-i", ",".join(map(str, params["gpus"]))] if params["gpus"] else [])
-        module.exit_json(**build_result("skipped", ["check mode: dcgmi diag not run"], [], planned_tool(argv),
-                                        level_requested=None if level == "auto" else int(level),
-                                        level_reason="check mode"))
+        finish({"tool": planned_tool(argv), "not_run": "check mode: dcgmi diag not run",
+                "level_requested": None if level == "auto" else int(level), "level_reason": "check mode"})
     level, level_reason = choose_level(module, params)
     if level is None:
-        module.exit_json(**build_result("error", [level_reason], [], planned_tool([name, "diag"]),
-                                        level_requested=None, level_reason=level_reason))
+        finish({"tool": planned_tool([name, "diag"]), "level_requested": None, "level_reason": level_reason})
     argv = [name, "diag", "-r", str(level), "-j"]
     if params["gpus"]:
         argv += ["-i", ",".join(str(i) for i in params["gpus"])]
     common = dict(level_requested=level, level_reason=level_reason)
     if executable is None:
-        module.exit_json(**build_result("error", [missing_tool_reason(name, INSTALL_HINT)], [],
-                                        planned_tool(argv, error="not found"), **common))
+        finish(dict(tool=planned_tool(argv, error=missing_tool_reason(name, INSTALL_HINT)), **common))
 
     timeout = params["timeout"] or DEFAULT_TIMEOUTS[level]
-    tool = run_tool(argv, timeout)
-    problem = run_problem(tool, "dcgmi diag", timeout)
-    if problem:
-        module.exit_json(**build_result(problem[0], [problem[1]], problem[2], tool.as_dict(), **common))
-    parsed = parse_dcgm_diag(tool.stdout + "\n" + tool.stderr)
-    judged = evaluate(parsed, level_requested=level, rc=tool.rc)
-    module.exit_json(**build_result(
-        judged["verdict"], judged["reasons"], judged["evidence"], tool.as_dict(),
-        level_run=level_run(parsed), dcgm_version=parsed["dcgm_version"], driver_version=parsed["driver_version"],
-        tests=parsed["tests"], gpus=parsed["gpus"], iterations=parsed["iterations"], messages=parsed["messages"],
-        unparsed=parsed["unparsed"], problems=parsed["problems"], **common
-    ))
+    ran = run_tool(argv, timeout, lease=lease)
+    tool, tail = tool_section(ran)
+    observations = dict(tool=tool, output_tail=tail, **common)
+    if not ran.error and not ran.timed_out:
+        parsed = parse_dcgm_diag(ran.stdout + "\n" + ran.stderr)
+        observations.update(parsed)
+        observations["level_run"] = level_run(parsed)
+    finish(observations)
 
 
 if __name__ == "__main__":

@@ -141,16 +141,23 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    LEASE_OPTIONS,
     TOOL_DIRS,
     VALIDATION_TOOLS_HINT,
-    build_result,
+    exit_check,
     missing_tool_reason,
+    node_name,
+    open_lease,
     planned_tool,
-    run_problem,
+    tool_section,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import evaluate, parse_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import parse_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import parse_query_gpu
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
+
+MAP_FIELDS = ["index", "pci.bus_id", "uuid"]
 
 
 def build_argv(executable, params):
@@ -166,6 +173,25 @@ def build_argv(executable, params):
     return argv
 
 
+def gpu_map(module, wanted):
+    """([{cuda_index, index, pci, uuid}], problem): the GPUs nvidia-smi can read, in PCI bus order, restricted to
+    `wanted` (nvidia-smi indices). gpu_burn gets exactly these, by UUID, so its device k is entry k: a GPU lost
+    before the burn can never shift the others' figures."""
+    smi = find_tool(module, "nvidia-smi")
+    if smi is None:
+        return None, "nvidia-smi not found: gpu_burn's devices cannot be matched to GPUs"
+    res = run_tool([smi, "--query-gpu=" + ",".join(MAP_FIELDS), "--format=csv,noheader,nounits"], 60)
+    if res.error or res.timed_out:
+        return None, "nvidia-smi %s: gpu_burn's devices cannot be matched to GPUs" % (res.error or "timed out")
+    rows = [dict(index=g["values"].get("index"), pci=g["values"].get("pci.bus_id"), uuid=g["values"].get("uuid"))
+            for g in parse_query_gpu(res.stdout, MAP_FIELDS)["gpus"]]
+    rows = [r for r in rows if r["index"] is not None and r["pci"] and r["uuid"]]
+    rows.sort(key=lambda r: r["pci"])
+    if wanted:
+        rows = [r for r in rows if r["index"] in wanted]
+    return [{"cuda_index": k, "index": r["index"], "pci": r["pci"], "uuid": r["uuid"]} for k, r in enumerate(rows)], None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -176,8 +202,9 @@ def main():
             tensor_cores=dict(type="bool", default=False),
             memory=dict(type="str"),
             expected_gpus=dict(type="int"),
-            cwd=dict(type="path"),
+            chdir=dict(type="path", aliases=["cwd"]),
             timeout=dict(type="int"),
+            **LEASE_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -192,48 +219,58 @@ def main():
     timeout = params["timeout"] if params["timeout"] is not None else params["duration"] + 120
     if timeout < 1:
         module.fail_json(msg="timeout must be at least 1 second, got %s" % timeout)
-    expected = params["expected_gpus"]
-    if expected is None and params["gpus"]:
-        expected = len(params["gpus"])
+    lease = open_lease(module)
+    host = node_name()
+
+    def finish(obs):
+        expected = params["expected_gpus"]
+        if expected is None and obs.get("gpu_map") is not None:
+            expected = len(obs["gpu_map"])
+        obs["expected_gpus"] = expected
+        exit_check(module, obs, judge_gpu_burn.judge(obs, {}, host, expected_gpus=expected))
 
     executable = find_tool(module, "gpu_burn", params["executable"], TOOL_DIRS)
     if executable is None and not params["executable"]:
         executable = find_tool(module, "gpu-burn", None, TOOL_DIRS)
     if executable is None:
         name = params["executable"] or "gpu_burn"
-        module.exit_json(**build_result("error", [missing_tool_reason(name, VALIDATION_TOOLS_HINT)], [],
-                                        planned_tool(build_argv(name, params), error="not found")))
+        finish({"tool": planned_tool(build_argv(name, params),
+                                     error=missing_tool_reason(name, VALIDATION_TOOLS_HINT))})
     # Absolute: gpu_burn runs from its own directory (compare.ptx), where a relative PATH entry no longer resolves.
     executable = os.path.abspath(executable)
     argv = build_argv(executable, params)
     if module.check_mode:
-        module.exit_json(**build_result("skipped", ["check mode: gpu_burn not run (it loads the GPUs for %s s)"
-                                                    % params["duration"]], [], planned_tool(argv)))
-
-    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    if params["gpus"]:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in params["gpus"])
-    cwd = params["cwd"] or os.path.dirname(executable)
+        finish({"tool": planned_tool(argv), "not_run": "check mode: gpu_burn not run (it loads the GPUs for %s s)"
+                % params["duration"]})
+    cwd = params["chdir"] or os.path.dirname(executable)
     if not os.path.isdir(cwd):
-        module.fail_json(msg="cwd %s is not a directory (it must hold gpu_burn's compare.ptx)" % cwd)
-    tool = run_tool(argv, timeout, env=env, cwd=cwd)
-    problem = run_problem(tool, "gpu_burn", timeout)
-    if problem:
-        module.exit_json(**build_result(problem[0], [problem[1]], problem[2], tool.as_dict()))
+        module.fail_json(msg="chdir %s is not a directory (it must hold gpu_burn's compare.ptx)" % cwd)
 
-    parsed = parse_gpu_burn(tool.stdout + "\n" + tool.stderr)
-    if params["gpus"]:
-        # gpu_burn numbers the visible GPUs from 0: report nvidia-smi's index, keep gpu_burn's as cuda_index.
+    mapping, map_problem = gpu_map(module, params["gpus"])
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if mapping:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(m["uuid"] for m in mapping)
+    elif params["gpus"]:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in params["gpus"])
+    ran = run_tool(argv, timeout, env=env, cwd=cwd, lease=lease)
+    tool, tail = tool_section(ran)
+    obs = {"tool": tool, "output_tail": tail, "gpu_map": mapping, "gpu_map_problem": map_problem}
+    if not ran.error and not ran.timed_out:
+        parsed = parse_gpu_burn(ran.stdout + "\n" + ran.stderr)
+        by_cuda = dict((m["cuda_index"], m) for m in mapping or [])
         for entry in parsed["gpus"]:
-            if entry["index"] < len(params["gpus"]):
-                entry["index"] = params["gpus"][entry["cuda_index"]]
-    judged = evaluate(parsed, expected_gpus=expected, rc=tool.rc)
-    module.exit_json(**build_result(
-        judged["verdict"], judged["reasons"], judged["evidence"], tool.as_dict(),
-        gpus=parsed["gpus"], initialised_gpus=len([g for g in parsed["gpus"] if g["initialised"]]),
-        frames=parsed["frames"], summaries=parsed["summaries"], burn_s=parsed["burn_seconds"],
-        unparsed=parsed["unparsed"], problems=parsed["problems"],
-    ))
+            # gpu_burn numbers its devices from 0: nvidia-smi's index and the PCI address come from the map.
+            known = by_cuda.get(entry["cuda_index"])
+            entry["index"] = known["index"] if known else (None if mapping else entry["cuda_index"])
+            entry["pci"] = known["pci"] if known else None
+            entry["uuid"] = known["uuid"] if known else None
+        obs.update(gpus=parsed["gpus"], initialised_gpus=len([g for g in parsed["gpus"] if g["initialised"]]),
+                   frames=parsed["frames"], summaries=parsed["summaries"], burn_s=parsed["burn_seconds"],
+                   tested_gpus=parsed["tested_gpus"], last_percent=parsed["last_percent"],
+                   init_failures=parsed["init_failures"], compute_failures=parsed["compute_failures"],
+                   cuda_failures=parsed["cuda_failures"], aborted=parsed["aborted"], unparsed=parsed["unparsed"],
+                   problems=parsed["problems"])
+    finish(obs)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_samples
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import LEASE_OPTIONS, exit_check, node_name, open_lease
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
     SAMPLE_SPEC,
     QueryGpu,
@@ -159,103 +161,60 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner impor
 
 SAMPLE_KEYS = [key for key, _candidates in SAMPLE_SPEC]
 MAX_EVIDENCE_CALLS = 20
+# nvidia-smi answering with no GPU at all this many times in a row ends the sampling (a lost GPU alone does not: the
+# others are still sampled).
+MAX_EMPTY_SAMPLES = 3
 
 
-def _gpu_key(gpu):
-    return gpu.get("pci") or "index:%s" % gpu.get("index")
-
-
-def summarize(samples, interval, temperature_threshold_c, load_threshold_pct):
-    """Per-GPU summary of the samples (pure: unit-tested directly)."""
-    summary = {}
-    order = []
-    for i, sample in enumerate(samples):
-        # Each sample stands for the time until the next one; the last for one interval.
-        span = (samples[i + 1]["t_s"] - sample["t_s"]) if i + 1 < len(samples) else interval
-        for gpu in sample["gpus"]:
-            key = _gpu_key(gpu)
-            if key not in summary:
-                order.append(key)
-                summary[key] = {"index": gpu.get("index"), "pci": gpu.get("pci"), "max_temperature_c": None,
-                                "max_power_w": None, "seconds_above_threshold_s": 0.0,
-                                "temperature_threshold_c": temperature_threshold_c, "min_pcie_gen_under_load": None,
-                                "min_pcie_width_under_load": None, "loaded_samples": 0, "throttle_reasons_seen": [],
-                                "samples": 0}
-            entry = summary[key]
-            entry["samples"] += 1
-            temp = gpu.get("temperature_c")
-            if temp is not None:
-                entry["max_temperature_c"] = temp if entry["max_temperature_c"] is None else max(entry["max_temperature_c"], temp)
-                if temp > temperature_threshold_c:
-                    entry["seconds_above_threshold_s"] = round(entry["seconds_above_threshold_s"] + span, 3)
-            power = gpu.get("power_w")
-            if power is not None:
-                entry["max_power_w"] = power if entry["max_power_w"] is None else max(entry["max_power_w"], power)
-            util = gpu.get("utilization_gpu_pct")
-            if util is not None and util >= load_threshold_pct:
-                entry["loaded_samples"] += 1
-                for field, out in (("pcie_gen_current", "min_pcie_gen_under_load"),
-                                   ("pcie_width_current", "min_pcie_width_under_load")):
-                    value = gpu.get(field)
-                    if value is not None:
-                        entry[out] = value if entry[out] is None else min(entry[out], value)
-            for reason in gpu.get("throttle_reasons") or []:
-                if reason != "gpu_idle" and reason not in entry["throttle_reasons_seen"]:
-                    entry["throttle_reasons_seen"].append(reason)
-    for entry in summary.values():
-        entry["throttle_reasons_seen"].sort()
-    return [summary[key] for key in order]
-
-
-def _stop_reason(answer, first_count):
-    """Why this sample ends the run, or None while the GPUs are still readable."""
-    lost = [p for p in answer["problems"] if p["kind"] == "lost"]
-    if lost:
-        return "GPU %s became unreadable (lost): %s" % (", ".join(str(p["pci"]) for p in lost), lost[0]["message"])
-    errors = [p for p in answer["problems"] if p["kind"] == "tool_error"]
-    if errors:
-        return "nvidia-smi failed: %s" % errors[0]["message"]
-    if not answer["gpus"]:
-        return "nvidia-smi returned no GPU rows"
-    if first_count is not None and len(answer["gpus"]) < first_count:
-        return "only %d of %d GPUs answered" % (len(answer["gpus"]), first_count)
-    return None
-
-
-def _wait_or_stop(until, stop_file):
-    """Sleep until the monotonic time `until`; True as soon as stop_file exists (checked every 0.2 s)."""
+def _wait_or_stop(until, stop_file, lease):
+    """Sleep until the monotonic time `until`. Returns the reason to stop early: 'stop_file', 'lease' or None."""
     while True:
         if stop_file and os.path.exists(stop_file):
-            try:
-                os.unlink(stop_file)  # consumed: a later sampling with the same name must not stop at once
-            except OSError:
-                pass
-            return True
+            return "stop_file"
+        if lease is not None and lease.expired():
+            return "lease"
         left = until - time.monotonic()
         if left <= 0:
-            return False
+            return None
         time.sleep(min(left, 0.2))
+
+
+def _empty_reason(answer):
+    errors = [p for p in answer["problems"] if p["kind"] in ("tool_error", "unparsable_output")]
+    return "nvidia-smi failed: %s" % errors[0]["message"] if errors else "nvidia-smi returned no GPU rows"
+
+
+def thresholds(p):
+    return {"gpufleet_temp_max_c": float(p["temp_max_c"]), "gpufleet_temp_sustained_s": float(p["temp_sustained_s"]),
+            "gpufleet_load_util_min_pct": float(p["load_util_min_pct"]),
+            "gpufleet_ecc_corrected_rise": p["ecc_corrected_rise"]}
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            executable=dict(type="str"),
+            executable=dict(type="path"),
             timeout=dict(type="int", default=30),
             duration=dict(type="float", default=60),
             interval=dict(type="float", default=5),
-            temperature_threshold_c=dict(type="int", default=85),
-            load_threshold_pct=dict(type="int", default=50),
+            temp_max_c=dict(type="float", default=85.0, aliases=["temperature_threshold_c"]),
+            temp_sustained_s=dict(type="float", default=300.0),
+            load_util_min_pct=dict(type="float", default=50.0, aliases=["load_threshold_pct"]),
+            ecc_corrected_rise=dict(type="int", default=1),
             stop_file=dict(type="path"),
+            **LEASE_OPTIONS
         ),
         supports_check_mode=True,
     )
     p = module.params
-    for name in ("timeout", "duration", "interval"):
+    for name in ("timeout", "duration", "interval", "lease_timeout"):
         if p[name] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (name, p[name]))
-    result = {"changed": False, "samples": [], "per_gpu": [], "problems": [], "stopped_early": False,
-              "stop_reason": None, "duration_s": 0.0, "interval_s": p["interval"],
+    t = thresholds(p)
+    host = node_name()
+    lease = open_lease(module)
+    result = {"samples": [], "per_gpu": [], "problems": [], "stopped_early": False, "stop_reason": None,
+              "duration_s": 0.0, "interval_s": p["interval"],
               "nvidia_smi": {"call_count": 0, "rejected_fields": [], "calls": []}}
     executable = find_tool(module, "nvidia-smi", p["executable"])
     if executable is None:
@@ -263,17 +222,22 @@ def main():
                                               % ("at " + p["executable"] if p["executable"] else "on PATH")))
         result["stopped_early"] = True
         result["stop_reason"] = "nvidia-smi not found"
-        module.exit_json(**result)
+        exit_check(module, result, judge_samples.judge(result, t, host))
 
     query = QueryGpu(executable, SAMPLE_SPEC, p["timeout"])
     problems = []
-    first_count = None
+    empty = 0
     started = time.monotonic()
     tick = 0
     seen_calls = 0
     while tick == 0 or tick * p["interval"] < p["duration"]:
-        if tick and _wait_or_stop(started + tick * p["interval"], p["stop_file"]):
-            break
+        if tick:
+            why = _wait_or_stop(started + tick * p["interval"], p["stop_file"], lease)
+            if why == "lease":
+                result["stopped_early"], result["stop_reason"] = True, lease.reason()
+                break
+            if why == "stop_file":
+                break
         t_s = round(time.monotonic() - started, 3)
         answer = query.run()
         # Keep the evidence of resolution and failures, not of every routine sample.
@@ -283,23 +247,22 @@ def main():
             room = MAX_EVIDENCE_CALLS - len(result["nvidia_smi"]["calls"])
             result["nvidia_smi"]["calls"].extend(new_calls[:max(room, 0)])
         problems.extend(answer["problems"])
+        tick += 1
         if answer["gpus"]:
+            empty = 0
             gpus = [dict((key, row.get(key)) for key in SAMPLE_KEYS) for row in answer["gpus"]]
             result["samples"].append({"t_s": t_s, "gpus": gpus})
-        reason = _stop_reason(answer, first_count)
-        if reason is not None:
-            result["stopped_early"] = True
-            result["stop_reason"] = reason
+            continue
+        empty += 1
+        if empty >= MAX_EMPTY_SAMPLES:
+            result["stopped_early"], result["stop_reason"] = True, _empty_reason(answer)
             break
-        if first_count is None:
-            first_count = len(answer["gpus"])
-        tick += 1
     result["duration_s"] = round(time.monotonic() - started, 3)
     result["problems"] = public_problems(problems)
-    result["per_gpu"] = summarize(result["samples"], p["interval"], p["temperature_threshold_c"], p["load_threshold_pct"])
+    result["per_gpu"] = judge_samples.figures(result, t)[0]
     result["nvidia_smi"]["call_count"] = len(query.calls)
     result["nvidia_smi"]["rejected_fields"] = list(query.rejected)
-    module.exit_json(**result)
+    exit_check(module, result, judge_samples.judge(result, t, host))
 
 
 if __name__ == "__main__":

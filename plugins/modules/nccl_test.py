@@ -180,15 +180,19 @@ problems:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_nccl
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    LEASE_OPTIONS,
     TOOL_DIRS,
     VALIDATION_TOOLS_HINT,
-    build_result,
+    exit_check,
+    open_lease,
     missing_tool_reason,
+    node_name,
     planned_tool,
-    run_problem,
+    tool_section,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_tests_output import evaluate, parse_nccl_tests
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_tests_output import parse_nccl_tests
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
 _SIZE = re.compile(r"^[0-9]+[KMGkmg]?$")
@@ -226,6 +230,12 @@ def build_argv(params, test_binary, gpus, np, mpirun):
     return argv
 
 
+def thresholds(params):
+    return {"gpufleet_nccl_min_busbw_gbps": params["min_busbw_gbps"],
+            "gpufleet_nccl_min_busbw_fraction": params["min_busbw_fraction"],
+            "gpufleet_nccl_reference_busbw_gbps": params["reference_busbw_gbps"] or {}}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -241,7 +251,10 @@ def main():
             extra_args=dict(type="list", elements="str", default=[]),
             env=dict(type="dict", default={}),
             min_busbw_gbps=dict(type="float"),
+            min_busbw_fraction=dict(type="float", default=0.7),
+            reference_busbw_gbps=dict(type="dict", default={}),
             timeout=dict(type="int", default=600),
+            **LEASE_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -253,11 +266,19 @@ def main():
     for key in ("step_factor", "gpus", "iterations", "np", "timeout"):
         if params[key] is not None and params[key] < 1:
             module.fail_json(msg="%s must be at least 1, got %s" % (key, params[key]))
+    if not 0 < params["min_busbw_fraction"] <= 1:
+        module.fail_json(msg="min_busbw_fraction must be in (0, 1], got %s" % params["min_busbw_fraction"])
     bad_env = [k for k in params["env"] if not _ENV_NAME.match(str(k))]
     if bad_env:
         module.fail_json(msg="env names must be shell-style variable names, got %r" % (bad_env,))
     env = dict((str(k), str(v)) for k, v in params["env"].items())
     mpirun = params["launcher"] == "mpirun"
+    t = thresholds(params)
+    host = node_name()
+    lease = open_lease(module)
+
+    def finish(observations):
+        exit_check(module, observations, judge_nccl.judge(observations, t, host))
 
     test_binary = find_tool(module, "all_reduce_perf", params["executable"], TOOL_DIRS)
     launcher = find_tool(module, "mpirun", None, TOOL_DIRS) if mpirun else None
@@ -267,39 +288,28 @@ def main():
                          gpus or ("1" if mpirun else "<all visible GPUs>"), np or "<all visible GPUs>",
                          launcher or "mpirun")
     if test_binary is None:
-        module.exit_json(**build_result("error", [missing_tool_reason(params["executable"] or "all_reduce_perf",
-                                                                      VALIDATION_TOOLS_HINT)], [],
-                                        planned_tool(planned, error="not found")))
+        finish({"tool": planned_tool(planned, error=missing_tool_reason(
+            params["executable"] or "all_reduce_perf", VALIDATION_TOOLS_HINT))})
     if mpirun and launcher is None:
-        module.exit_json(**build_result("error", [missing_tool_reason("mpirun", "install Open MPI (openmpi-bin) or "
-                                                                                "use launcher=none")], [],
-                                        planned_tool(planned, error="not found")))
+        finish({"tool": planned_tool(planned, error=missing_tool_reason(
+            "mpirun", "install Open MPI (openmpi-bin) or use launcher=none"))})
     if module.check_mode:
         # Nothing runs in check mode, nvidia-smi included.
-        module.exit_json(**build_result("skipped", ["check mode: nccl-tests not run"], [], planned_tool(planned)))
+        finish({"tool": planned_tool(planned), "not_run": "check mode: nccl-tests not run"})
     if (gpus is None and not mpirun) or (np is None and mpirun):
         count, reason = visible_gpu_count(module, env)
         if count is None:
-            module.exit_json(**build_result("error", [reason], [], planned_tool(planned)))
+            finish({"tool": planned_tool(planned, error=reason)})
         gpus = gpus or (1 if mpirun else count)
         np = np or count
     argv = build_argv(params, test_binary, gpus, np, launcher)
 
-    tool = run_tool(argv, params["timeout"], env=env)
-    problem = run_problem(tool, "nccl-tests", params["timeout"])
-    if problem:
-        module.exit_json(**build_result(problem[0], [problem[1]], problem[2], tool.as_dict()))
-    parsed = parse_nccl_tests(tool.stdout + "\n" + tool.stderr)
-    judged = evaluate(parsed, rc=tool.rc, min_busbw_gbps=params["min_busbw_gbps"])
-    module.exit_json(**build_result(
-        judged["verdict"], judged["reasons"], judged["evidence"], tool.as_dict(),
-        rows=parsed["rows"], peak_busbw_gbps=parsed["peak_busbw_gbps"],
-        largest_size_bytes=parsed["largest_size_bytes"], avg_busbw_gbps=parsed["avg_busbw_gbps"],
-        wrong_values=parsed["wrong_values"], out_of_bounds=parsed["out_of_bounds"], gpus=parsed["gpus"],
-        failures=parsed["failures"], header=parsed["header"],
-        foreign_lines_in_table=parsed["foreign_lines_in_table"], unparsed=parsed["unparsed"],
-        problems=parsed["problems"],
-    ))
+    ran = run_tool(argv, params["timeout"], env=env, lease=lease)
+    tool, tail = tool_section(ran)
+    observations = {"tool": tool, "output_tail": tail}
+    if not ran.error and not ran.timed_out:
+        observations.update(parse_nccl_tests(ran.stdout + "\n" + ran.stderr))
+    finish(observations)
 
 
 if __name__ == "__main__":

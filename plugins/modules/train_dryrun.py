@@ -213,15 +213,16 @@ import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dryrun
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
-    Findings,
-    build_result,
+    exit_check,
+    node_name,
     planned_tool,
-    run_problem,
+    tool_section,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.dryrun_script import DRYRUN_SCRIPT, RESULT_MARKER
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
-from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import OOM_REMEDIES, parse_torch_log
+from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import parse_torch_log
 
 MARKER_ENV = "GPUFLEET_DRYRUN_ID"
 # torchrun gives its workers 30 s to exit after SIGTERM before SIGKILL: the group must get longer than that, or the
@@ -318,53 +319,6 @@ def _rank_results(text, unparsed):
     return [ranks[r] for r in sorted(ranks)]
 
 
-def _judge_failure(findings, parsed, remedies, verdict="fail"):
-    """Reasons for a non-zero torchrun exit (or a hang: verdict error), most specific first."""
-    for oom in parsed["oom"]:
-        where = "rank %s" % oom["rank"] if oom["rank"] is not None else "a rank"
-        gpu = " on GPU %s" % oom["gpu"] if oom["gpu"] is not None else ""
-        detail = []
-        if oom["tried_to_allocate_mib"] is not None:
-            detail.append("tried to allocate %.0f MiB" % oom["tried_to_allocate_mib"])
-        if oom["free_mib"] is not None:
-            detail.append("%.0f MiB free" % oom["free_mib"])
-        if oom["neighbour_suspected"] and len(oom["processes"]) > 1:
-            detail.append("%d processes hold memory on this GPU (pids %s): a neighbour process" % (
-                len(oom["processes"]), ",".join(str(p["pid"]) for p in oom["processes"])))
-        elif oom["neighbour_suspected"]:
-            detail.append("%.0f MiB held by other processes: a neighbour process (nvidia-smi shows its PID)"
-                          % oom["other_processes_mib"])
-        findings.add(verdict, "CUDA out of memory in %s%s (%s): %s" % (where, gpu, "; ".join(detail) or "no detail",
-                                                                       "; ".join(OOM_REMEDIES[:3])), oom["line"])
-        if not remedies:
-            remedies.extend(OOM_REMEDIES)
-    timeouts = parsed["timeouts"]
-    if timeouts:
-        first = timeouts[0]
-        ranks = sorted({t["rank"] for t in timeouts if t["rank"] is not None})
-        findings.add(verdict, "collective %s (seq %s) timed out after %s ms on rank(s) %s" % (
-            first["op_type"], first["seq"], first["timeout_ms"], ",".join(str(r) for r in ranks) or "?"),
-            [t["line"] for t in timeouts[:4]])
-    culprit = parsed["culprit"]
-    if culprit:
-        findings.add(verdict, "culprit: %s; inspect that rank's GPU (kentino.gpufleet.gpu_facts, xid_facts) and its "
-                     "PCIe/NVLink path; the ranks that reported the timeout were waiting for it" % culprit["reason"],
-                     culprit.get("line"))
-    root = parsed["root_cause"]
-    if root:
-        what = ""
-        if root["exception"]:
-            what = ": %s: %s" % (root["exception"]["type"], root["exception"]["message"])
-        elif root["signal"] == 6:
-            what = ": SIGABRT (the NCCL watchdog aborts the process on a timed-out or failed collective)"
-        elif root["signal"]:
-            what = ": killed by signal %d" % root["signal"]
-        findings.add(verdict, "rank %s failed first (exitcode %s)%s" % (root["rank"], root["exitcode"], what))
-    for term in parsed["terminate"][:2]:
-        findings.add_evidence([term["line"], term["what"] or ""])
-    findings.add_evidence(parsed["evidence"][:20])
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -398,38 +352,38 @@ def main():
         module.fail_json(msg="max_restarts must be >= 0 and model_mb > 0")
 
     user_env = dict((str(k), str(v)) for k, v in (p["env"] or {}).items())
-    findings = Findings()
     notes = []
     shipped = not p["entrypoint"]
-    figures = {"world_size": None, "script": "shipped" if shipped else "entrypoint", "entrypoint": p["entrypoint"],
-               "step_time_s": None, "ranks": [], "gpus": [], "missing_ranks": [], "watchdog": {}, "oom": [],
-               "remedies": [], "leftover_pids_killed": [], "output_tail": [], "notes": notes}
+    obs = {"world_size": None, "script": "shipped" if shipped else "entrypoint", "entrypoint": p["entrypoint"],
+           "step_time_s": None, "ranks": [], "gpus": [], "missing_ranks": [], "watchdog": {}, "oom": [],
+           "remedies": [], "leftover_pids_killed": [], "output_tail": [], "notes": notes}
+    t = {"gpufleet_dryrun_slow_rank_factor": p["slow_rank_factor"]}
 
-    def finish(tool):
-        module.exit_json(**build_result(findings.verdict(), findings.reasons, findings.evidence, tool, **figures))
+    def finish(tool, not_run=None):
+        obs["tool"] = tool
+        obs["not_run"] = not_run
+        exit_check(module, obs, judge_dryrun.judge(obs, t, node_name()))
 
     if nproc_opt == "gpu":
         nproc, note, problem = _count_gpus(module, user_env)
         if problem:
-            findings.add("error", problem)
             finish(planned_tool([], error=problem))
         notes.append(note)
     else:
         nproc = int(nproc_opt)
-    figures["world_size"] = nproc
+    obs["world_size"] = nproc
 
     if p["python"]:
         launcher = [p["python"], "-m", "torch.distributed.run"]
         if not (os.path.isfile(p["python"]) and os.access(p["python"], os.X_OK)):
-            findings.add("error", "python %s not found or not executable: point python at the training venv's "
-                         "interpreter" % p["python"])
-            finish(planned_tool(launcher, error="python not found"))
+            finish(planned_tool(launcher, error="python %s not found or not executable: point python at the training "
+                                                "venv's interpreter" % p["python"]))
     else:
         torchrun = find_tool(module, "torchrun", p["executable"])
         if not torchrun:
-            findings.add("error", "torchrun not found (%s): install PyTorch in the training environment "
-                         "(kentino.gpufleet.training_env) or set executable/python" % (p["executable"] or "PATH"))
-            finish(planned_tool([p["executable"] or "torchrun"], error="torchrun not found"))
+            finish(planned_tool([p["executable"] or "torchrun"], error=(
+                "torchrun not found (%s): install PyTorch in the training environment (kentino.gpufleet.training_env)"
+                " or set executable/python" % (p["executable"] or "PATH"))))
         launcher = [torchrun]
 
     # Relative paths are relative to where the module started, not to the run's working directory.
@@ -447,13 +401,11 @@ def main():
         entry_args = list(p["args"])
         planned = argv + [p["entrypoint"]] + entry_args
         if not os.path.isfile(p["entrypoint"]):
-            findings.add("error", "entrypoint %s does not exist on this node: deploy the training code or fix the "
-                         "path" % p["entrypoint"])
-            finish(planned_tool(planned, error="entrypoint not found"))
+            finish(planned_tool(planned, error="entrypoint %s does not exist on this node: deploy the training code "
+                                               "or fix the path" % p["entrypoint"]))
 
     if module.check_mode:
-        findings.add("skipped", "check mode: torchrun not started")
-        finish(planned_tool(planned))
+        finish(planned_tool(planned), not_run="check mode: torchrun not started")
 
     marker = uuid.uuid4().hex
     env = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "GPUFLEET_DRYRUN_BACKEND": p["backend"],
@@ -465,88 +417,48 @@ def main():
             entry = os.path.join(workdir, "gpufleet_dryrun.py")
             with open(entry, "w") as fh:
                 fh.write(DRYRUN_SCRIPT)
-            figures["entrypoint"] = entry
+            obs["entrypoint"] = entry
             cwd = p["chdir"] or workdir
         else:
             entry = os.path.abspath(p["entrypoint"])
             cwd = p["chdir"] or os.path.dirname(os.path.abspath(entry))
         res = run_tool(argv + [entry] + entry_args, p["timeout"], env=env, cwd=cwd, grace_s=TORCHRUN_GRACE_S)
     finally:
-        figures["leftover_pids_killed"] = _sweep(marker)
+        obs["leftover_pids_killed"] = _sweep(marker)
         if workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    tool = res.as_dict()
+    tool, _tail = tool_section(res)
     text = (res.stdout or "") + "\n" + (res.stderr or "")
-    figures["output_tail"] = [line[:400] for line in text.strip().splitlines()[-30:]]
+    obs["output_tail"] = [line[:400] for line in text.strip().splitlines()[-30:]]
 
     unparsed = []
     ranks = _rank_results(res.stdout or "", unparsed)
-    figures["ranks"] = ranks
+    obs["ranks"] = ranks
     if unparsed:
         notes.append("%d result lines not readable, e.g. %s" % (len(unparsed), unparsed[0]))
     parsed = parse_torch_log(text, world_size=nproc)
-    figures["watchdog"] = dict((k, parsed[k]) for k in (
+    obs["watchdog"] = dict((k, parsed[k]) for k in (
         "timeouts", "pg_status", "culprit", "culprit_rank", "silent_ranks", "terminate", "elastic_summary",
-        "root_cause", "agent_failures", "exceptions", "ranks_reporting"))
-    figures["oom"] = parsed["oom"]
+        "root_cause", "agent_failures", "exceptions", "ranks_reporting", "evidence"))
+    obs["oom"] = parsed["oom"]
+    if parsed["oom"]:
+        obs["remedies"] = list(judge_dryrun.OOM_REMEDIES)
     reported = set(r["rank"] for r in ranks)
     if (ranks or shipped) and not res.error:
-        figures["missing_ranks"] = [r for r in range(nproc) if r not in reported]
+        obs["missing_ranks"] = [r for r in range(nproc) if r not in reported]
     times = [r["step_time_s"] for r in ranks if isinstance(r["step_time_s"], (int, float))]
-    figures["step_time_s"] = max(times) if times else None
+    obs["step_time_s"] = max(times) if times else None
     for r in ranks:
         if isinstance(r["device"], str) and r["device"].startswith("cuda"):
-            figures["gpus"].append({"index": r["local_rank"], "rank": r["rank"], "device_name": r["device_name"],
-                                    "status": r["status"], "step_time_s": r["step_time_s"],
-                                    "memory_peak_mib": r["memory_peak_mib"]})
-
+            obs["gpus"].append({"index": r["local_rank"], "rank": r["rank"], "device_name": r["device_name"],
+                                "status": r["status"], "step_time_s": r["step_time_s"],
+                                "memory_peak_mib": r["memory_peak_mib"]})
     for oom in parsed["oom"]:
         # CUDA's "GPU N" is the process's device N, i.e. the local rank's GPU under PCI_BUS_ID order.
         index = oom["gpu"] if oom["gpu"] is not None else None
-        if index is not None and index not in [g["index"] for g in figures["gpus"]]:
-            figures["gpus"].append({"index": index, "rank": oom["rank"], "device_name": None, "status": "fail",
-                                    "step_time_s": None, "memory_peak_mib": None, "finding": "out of memory"})
-
-    problem = run_problem(res, "torchrun", p["timeout"])
-    if problem:
-        verdict, reason, tail = problem
-        if res.timed_out and figures["missing_ranks"] and reported:
-            reason += "; ranks %s never reported a result: look at those first" % (
-                ",".join(str(r) for r in figures["missing_ranks"]))
-        findings.add(verdict, reason, tail)
-        if res.timed_out:
-            # A hang cannot be judged as pass/fail from here: whatever the watchdog said is its evidence.
-            _judge_failure(findings, parsed, figures["remedies"], verdict="error")
-        finish(tool)
-
-    if res.rc != 0:
-        findings.add("fail", "torchrun exited with rc %s (%d ranks, %s)" % (
-            res.rc, nproc, "shipped dry-run script" if shipped else entry))
-        _judge_failure(findings, parsed, figures["remedies"])
-        if not parsed["evidence"]:
-            findings.add_evidence(figures["output_tail"][-8:])
-        finish(tool)
-
-    for r in ranks:
-        findings.add_evidence(r["line"])
-        if r["status"] != "pass":
-            findings.add("fail", "rank %s (%s %s): %s" % (r["rank"], r["device"], r["device_name"],
-                                                          "; ".join(r["errors"]) or "reported not ok"))
-    if figures["missing_ranks"]:
-        findings.add("fail", "ranks %s printed no result although torchrun exited 0" % (
-            ",".join(str(x) for x in figures["missing_ranks"])))
-    if len(times) >= 2:
-        for r in ranks:
-            t = r["step_time_s"]
-            if not isinstance(t, (int, float)):
-                continue
-            # Median of the OTHER ranks: with 2 ranks the plain median would hide the slow one.
-            others = [x["step_time_s"] for x in ranks if x is not r and isinstance(x["step_time_s"], (int, float))]
-            median = statistics.median(others)
-            if median > 0 and t > p["slow_rank_factor"] * median:
-                findings.add("warn", "rank %s on %s %s took %.3f s for the step, %.1fx the other ranks' median %.3f s: "
-                             "check that GPU's clocks/throttling and PCIe link under load" % (
-                                 r["rank"], r["device"], r["device_name"], t, t / median, median))
+        if index is not None and index not in [g["index"] for g in obs["gpus"]]:
+            obs["gpus"].append({"index": index, "rank": oom["rank"], "device_name": None, "status": "fail",
+                                "step_time_s": None, "memory_peak_mib": None, "finding": "out of memory"})
     if not ranks and not shipped:
         notes.append("the entrypoint printed no GPUFLEET_DRYRUN lines: judged by its exit status only")
     finish(tool)

@@ -121,58 +121,16 @@ import pwd
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import Findings, build_result
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_env
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import exit_check, node_name
+from ansible_collections.kentino.gpufleet.plugins.module_utils.env_files import MARK, parse_assignments, parse_env0
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULT_ENV_EXPECTED
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
 VARIABLES = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "PYTORCH_CUDA_ALLOC_CONF", "NCCL_ASYNC_ERROR_HANDLING")
-DEFAULT_EXPECTED = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}
-ALIASES = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "TORCH_FR_BUFFER_SIZE"}
-DEPRECATED = {"NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
-MARK = "__GPUFLEET_ENV__"
-# Printed before env so that banners from profile scripts (echo in .bash_profile, motd) cannot be mistaken for variables.
 SHELL_SCRIPT = "printf '\\0%s\\0'; env -0" % MARK
 _USER_RE = re.compile(r"^[a-z_][a-z0-9_.-]*\$?$", re.IGNORECASE)
-_ASSIGN_RE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
-
-
-def parse_env0(text):
-    """NUL-separated NAME=VALUE records after the marker (env -0). Never raises."""
-    if not isinstance(text, str):
-        return {}
-    marker = "\0%s\0" % MARK
-    if marker in text:
-        text = text.split(marker, 1)[1]
-    records = text.split("\0") if "\0" in text else text.splitlines()
-    env = {}
-    for record in records:
-        name, sep, value = record.partition("=")
-        if sep and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            env[name] = value
-    return env
-
-
-def _unquote(value):
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[1:-1]
-    if value.startswith("$'") and value.endswith("'"):  # systemd >= 249 quotes special characters C-style
-        try:
-            return value[2:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
-        except (UnicodeDecodeError, UnicodeEncodeError):
-            return value[2:-1]
-    return value
-
-
-def parse_assignments(text):
-    """KEY=VALUE lines (/etc/environment, environment.d, systemctl show-environment); comments skipped."""
-    env = {}
-    for line in (text or "").splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        match = _ASSIGN_RE.match(line)
-        if match:
-            env[match.group(1)] = _unquote(match.group(2))
-    return env
 
 
 def _read(path):
@@ -196,21 +154,7 @@ def _environment_d(directory):
     return env, None
 
 
-def _satisfies(name, actual, expected):
-    if actual is None:
-        return False
-    if name.endswith("_BUFFER_SIZE") and str(expected).strip().isdigit():
-        try:
-            return int(actual.strip()) >= int(str(expected).strip())
-        except ValueError:
-            return False
-    if name == "PYTORCH_CUDA_ALLOC_CONF":
-        have = set(item.strip() for item in actual.split(",") if item.strip())
-        return all(item.strip() in have for item in str(expected).split(",") if item.strip())
-    return actual == str(expected)
-
-
-def _login_shell(module, user, current, timeout):
+def _login_shell(module, user, current, home, timeout):
     """(env dict or None, tool dict, problem)."""
     if user == current:
         env_tool = find_tool(module, "env")
@@ -219,11 +163,11 @@ def _login_shell(module, user, current, timeout):
             return None, None, "env or bash not found on PATH"
         try:
             pw = pwd.getpwnam(user)
-            home, shell = pw.pw_dir, pw.pw_shell
+            pw_home, shell = pw.pw_dir, pw.pw_shell
         except KeyError:  # a uid without a passwd entry (containers)
-            home, shell = os.environ.get("HOME", "/"), bash
-        argv = [env_tool, "-i", "HOME=%s" % home, "USER=%s" % user, "LOGNAME=%s" % user, "SHELL=%s" % shell,
-                "PATH=/usr/local/bin:/usr/bin:/bin", "TERM=dumb", bash, "-lc", SHELL_SCRIPT]
+            pw_home, shell = os.environ.get("HOME", "/"), bash
+        argv = [env_tool, "-i", "HOME=%s" % (home or pw_home), "USER=%s" % user, "LOGNAME=%s" % user,
+                "SHELL=%s" % shell, "PATH=/usr/local/bin:/usr/bin:/bin", "TERM=dumb", bash, "-lc", SHELL_SCRIPT]
     else:
         su = find_tool(module, "su")
         if not su:
@@ -237,10 +181,26 @@ def _login_shell(module, user, current, timeout):
     return parse_env0(res.stdout), res.as_dict(), None
 
 
+def _systemd(module, p):
+    """(env or None, source dict) from `systemctl show-environment`."""
+    if not p["check_systemd"]:
+        return None, {"read": False, "error": "check_systemd=false"}
+    systemctl = find_tool(module, "systemctl", p["systemctl_executable"])
+    if not systemctl:
+        return None, {"read": False, "error": "systemctl not found"}
+    res = run_tool([systemctl, "show-environment"], p["timeout"])
+    if res.ok:
+        return parse_assignments(res.stdout), {"read": True, "error": None}
+    # "System has not been booted with systemd as init system (PID 1)": services are not systemd's here.
+    return None, {"read": False, "error": (res.error or res.stderr.strip() or res.stdout.strip()
+                                           or "rc %s" % res.rc)[:300]}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             user=dict(type="str"),
+            home=dict(type="path"),
             expected=dict(type="dict"),
             check_systemd=dict(type="bool", default=True),
             systemctl_executable=dict(type="path"),
@@ -258,35 +218,18 @@ def main():
     user = p["user"] or current
     if not _USER_RE.match(user):
         module.fail_json(msg="user %r is not a valid user name" % user)
-    expected = dict(DEFAULT_EXPECTED) if p["expected"] is None else dict(
+    if p["home"] and user != current:
+        module.fail_json(msg="home applies to the user running the module only (another user's login is read with su)")
+    expected = dict(DEFAULT_ENV_EXPECTED) if p["expected"] is None else dict(
         (str(k), None if v is None else str(v)) for k, v in p["expected"].items())
     names = list(VARIABLES) + [n for n in expected if n not in VARIABLES]
 
-    findings = Findings()
     sources = {}
-    login, tool, problem = _login_shell(module, user, current, p["timeout"])
+    login, tool, problem = _login_shell(module, user, current, p["home"], p["timeout"])
+    if problem and user != current:
+        problem += "; reading another user's login needs root (become: true)"
     sources["login_shell"] = {"read": login is not None, "error": problem}
-    if problem:
-        findings.add("error", problem + ("" if user == current else "; reading another user's login needs root "
-                                         "(become: true)"))
-
-    systemd = None
-    if p["check_systemd"]:
-        systemctl = find_tool(module, "systemctl", p["systemctl_executable"])
-        if not systemctl:
-            sources["systemd"] = {"read": False, "error": "systemctl not found"}
-        else:
-            res = run_tool([systemctl, "show-environment"], p["timeout"])
-            if res.ok:
-                systemd = parse_assignments(res.stdout)
-                sources["systemd"] = {"read": True, "error": None}
-            else:
-                # "System has not been booted with systemd as init system (PID 1)": services are not systemd's here.
-                sources["systemd"] = {"read": False, "error": (res.error or res.stderr.strip() or res.stdout.strip()
-                                                               or "rc %s" % res.rc)[:300]}
-    else:
-        sources["systemd"] = {"read": False, "error": "check_systemd=false"}
-
+    systemd, sources["systemd"] = _systemd(module, p)
     text, err = _read(p["etc_environment"])
     etc_env = parse_assignments(text) if text is not None else {}
     sources["etc_environment"] = {"read": text is not None, "error": err}
@@ -295,8 +238,7 @@ def main():
 
     variables = []
     for name in names:
-        want = expected.get(name)
-        alias = ALIASES.get(name)
+        alias = judge_env.ALIASES.get(name)
         value = login.get(name) if login is not None else None
         alias_used = None
         if value is None and alias and login is not None and login.get(alias) is not None:
@@ -304,48 +246,18 @@ def main():
         sd = systemd.get(name) if systemd is not None else None
         if sd is None and alias and systemd is not None:
             sd = systemd.get(alias)
-        entry = {"name": name, "expected": want, "login_shell": value, "systemd": sd,
-                 "etc_environment": etc_env.get(name), "environment_d": envd.get(name), "alias_used": alias_used}
-        shown = "%s=%s" % (alias_used or name, value) if value is not None else "%s unset" % name
-        if name in DEPRECATED:
-            places = [where for where, v in (("login shell", value), ("systemd", sd), ("/etc/environment",
-                      entry["etc_environment"]), ("environment.d", entry["environment_d"])) if v is not None]
-            if places:
-                entry["status"] = "deprecated"
-                findings.add("warn", "%s is set (%s) but deprecated since torch 2.2: set %s=1 instead and remove it"
-                             % (name, ", ".join(places), DEPRECATED[name]), shown)
-            else:
-                entry["status"] = "unset"
-        elif want is None:
-            entry["status"] = "set" if value is not None else "unset"
-        elif login is None:
-            entry["status"] = "unknown"
-        elif value is None:
-            entry["status"] = "missing"
-            findings.add("fail", "%s is not set in %s's login shell (expected %s): export it in /etc/profile.d/ "
-                         "(kentino.gpufleet.training_env does) or the user's profile" % (name, user, want),
-                         "%s: %s unset" % (user, name))
-        elif not _satisfies(name, value, want):
-            entry["status"] = "wrong"
-            findings.add("fail", "%s=%s in %s's login shell, expected %s: fix /etc/profile.d/ or the user's "
-                         "profile" % (alias_used or name, value, user, want), shown)
-        elif systemd is not None and not _satisfies(name, sd, want):
-            entry["status"] = "systemd_missing"
-            findings.add("warn", "%s is %s in systemd's manager environment (expected %s): jobs started as systemd "
-                         "services will not see it; add it to the unit (Environment=) or `systemctl "
-                         "set-environment`" % (name, "unset" if sd is None else "=" + sd, want), shown)
-        else:
-            entry["status"] = "ok"
-            findings.add_evidence(shown)
-        variables.append(entry)
-
-    verdict = findings.verdict()
-    facts = {"user": user, "variables": variables, "sources": sources, "verdict": verdict}
-    result = build_result(verdict, findings.reasons, findings.evidence,
-                          tool or {"argv": [], "rc": None, "timed_out": False, "duration_s": 0.0, "error": problem},
-                          variables=variables, user=user, sources=sources)
-    result["ansible_facts"] = {"gpufleet_training_env": facts}
-    module.exit_json(**result)
+        variables.append({"name": name, "expected": expected.get(name), "login_shell": value, "systemd": sd,
+                          "etc_environment": etc_env.get(name), "environment_d": envd.get(name),
+                          "alias_used": alias_used})
+    obs = {"tool": tool or {"argv": [], "rc": None, "timed_out": False, "duration_s": 0.0, "error": problem},
+           "variables": variables, "user": user, "sources": sources}
+    t = {"gpufleet_env_expected": expected}
+    status = judge_env.statuses(obs, expected)
+    for var in variables:
+        var["status"] = status.get(var["name"])
+    findings = judge_env.judge(obs, t, node_name())
+    obs["ansible_facts"] = {"gpufleet_training_env": {"user": user, "variables": variables, "sources": sources}}
+    exit_check(module, obs, findings)
 
 
 if __name__ == "__main__":

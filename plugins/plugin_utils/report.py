@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,7 +43,8 @@ def now_iso():
 
 
 def default_run_id(when=None):
-    return (when or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    """Time plus a random suffix: two runs started in the same second never share a directory."""
+    return "%s-%s" % ((when or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ"), secrets.token_hex(3))
 
 
 def summarize(nodes, fail_on):
@@ -189,9 +191,11 @@ def render_all(report):
     }
 
 
-def write_report(report, report_dir, latest=True):
+def write_report(report, report_dir, latest=True, inputs=None):
     """Validate, render, write every file atomically under report_dir/run_id, then swap report_dir/latest.
 
+    inputs: the per-host observations the report judged ({host: gpufleet_* data}), kept as inputs.json so that the
+    verdicts can be recomputed later (other thresholds, a newer rule) and test fixtures recorded from real runs.
     Returns {"run_dir", "files": {name: path}, "latest"}.
     """
     validate_report(report)
@@ -200,6 +204,10 @@ def write_report(report, report_dir, latest=True):
     run_dir = report_dir / report["run_id"]
     run_dir.mkdir(parents=True, exist_ok=True)
     files = {}
+    if inputs is not None:
+        files["inputs.json"] = str(write_atomic(run_dir / "inputs.json", json.dumps(
+            {"run_id": report["run_id"], "playbook": report.get("playbook"), "hosts": inputs}, sort_keys=True,
+            default=str) + "\n"))
     # report.json last: a run directory with report.json is a complete report.
     for name in ("report.md", "report.html", "junit.xml", "report.json"):
         files[name] = str(write_atomic(run_dir / name, rendered[name]))

@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import stat
 import time
@@ -19,6 +20,13 @@ from . import klog
 from . import scenario as scenario_mod
 
 MARKER = "node.json"
+# What the kentino.gpufleet.training_env role sets on a real node.
+DEFAULT_TRAINING_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000",
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
 
 
 def default_state_dir(scen_spec):
@@ -111,6 +119,7 @@ class Node:
         info["next_seq"] = len(records) + 1
         os.makedirs(self.path("load"), exist_ok=True)
         self._make_checkpoint_dir()
+        self._make_home()
         self.write_mounts()
         self.write_json(MARKER, info)
         return info
@@ -122,6 +131,18 @@ class Node:
         if ckpt.get("read_only"):
             # Honest only for non-root users: root bypasses the mode bits (see sim/README.md, checkpoint_readonly).
             os.chmod(path, 0o555)
+
+    def _make_home(self):
+        """<state>/home: the training user's home, whose login profile exports the scenario's training environment
+        (default: what kentino.gpufleet.training_env sets), so a login shell on the simulated node sees the node's
+        environment and not this machine's."""
+        home = self.path("home")
+        os.makedirs(home, exist_ok=True)
+        env = self.scen.get("training_env", DEFAULT_TRAINING_ENV)
+        with open(os.path.join(home, ".bash_profile"), "w") as fh:
+            fh.write("# written by gpufleet-sim from the scenario's training_env\n")
+            for name in sorted(env):
+                fh.write("export %s=%s\n" % (name, shlex.quote(str(env[name]))))
 
     def checkpoint_dir(self):
         return self.path("checkpoint")

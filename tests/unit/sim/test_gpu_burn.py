@@ -48,11 +48,11 @@ def test_riser_gpu3_dies_at_40_percent_and_exit_is_still_zero(sim):
     assert "Failure during compute" in res.stderr
     smi = sim.run("riser_xid79", "nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader")
     assert smi.returncode == 15
-    assert ("Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover "
+    assert ("Unable to determine the device handle for GPU 0000:61:00.0: GPU is lost. Reboot the system to recover "
             "this GPU") in smi.stdout.splitlines()
     log = sim.run("riser_xid79", "journalctl", "-k", "-o", "cat", "--no-pager").stdout
-    assert "NVRM: Xid (PCI:0000:c1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus." in log
-    assert "NVRM: GPU 0000:c1:00.0: GPU has fallen off the bus." in log
+    assert "NVRM: Xid (PCI:0000:61:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus." in log
+    assert "NVRM: GPU 0000:61:00.0: GPU has fallen off the bus." in log
     # A second burn sees 7 CUDA devices: the lost GPU is gone from CUDA, and nvidia-smi -L reports it inside the output.
     again = sim.run("riser_xid79", "gpu_burn", "100")
     assert "\nTested 7 GPUs:\n" in again.stdout and "GPU is lost" in again.stdout

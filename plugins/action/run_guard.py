@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Action kentino.gpufleet.run_guard: refuse a run with a typo, a wrong type or an unwritable report directory before
+any node is touched; give it a unique id and the reports lock. Documentation: plugins/modules/run_guard.py."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.kentino.gpufleet.plugins.action.fleet_report import read_host
+from ansible_collections.kentino.gpufleet.plugins.modules.run_guard import ARGUMENT_SPEC
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import run_guard
+
+MAX_ERRORS_SHOWN = 20
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        hostvars = task_vars.get("hostvars") or {}
+        known = run_guard.known_names() | set(args["extra_known"])
+        by_problem = {}  # the same problem on many hosts (an -e typo, a group_vars value) is listed once
+        for host in args["hosts"]:
+            values = read_host(hostvars, host)
+            values.pop("ansible_facts", None)
+            for message in run_guard.unknown_variables(host, values, known) + run_guard.type_errors(host, values):
+                by_problem.setdefault(message.split(": ", 1)[1], []).append(host)
+        errors = ["host%s %s: %s" % ("s" if len(hosts) > 1 else "", ", ".join(hosts[:5]) + (
+            " and %d more" % (len(hosts) - 5) if len(hosts) > 5 else ""), problem)
+            for problem, hosts in by_problem.items()]
+        report_dir = os.path.expanduser(args["report_dir"])
+        problem = run_guard.check_report_dir(report_dir)
+        if problem:
+            errors.append(problem + "; fix it or set gpufleet_report_dir, before the run (the report is written last)")
+        if errors:
+            shown = errors[:MAX_ERRORS_SHOWN]
+            more = len(errors) - len(shown)
+            raise AnsibleActionFail("refusing to start: %d problem(s) found before touching any node:\n  - %s%s" % (
+                len(errors), "\n  - ".join(shown), "\n  (%d more)" % more if more else ""))
+        run_id = run_guard.new_run_id()
+        lock = None
+        if not self._task.check_mode:
+            # Workers are forked by ansible-playbook: the parent is the run's process, which the lock records.
+            lock, held = run_guard.take_lock(report_dir, run_id, os.getppid(), args["playbook"] or "?")
+            if held:
+                raise AnsibleActionFail(held)
+        result.update(changed=False, run_id=run_id, lock=lock,
+                      started=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+                      msg="run %s: %d host(s) checked" % (run_id, len(args["hosts"])))
+        return result

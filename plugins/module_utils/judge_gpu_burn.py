@@ -1,0 +1,130 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Judge a gpu_burn result, never trusting its exit code (stdlib only).
+
+gpu-burn exits 0 with FAULTY GPUs, prints OK after "Couldn't init a GPU test", can print no progress at all, and its
+error counters can overflow negative. A GPU passes only if it was initialised, did work (proc'd > 0, Gflop/s > 0),
+had zero errors in every frame and was not reported FAULTY or DIED. Per-GPU findings carry nvidia-smi's index and
+PCI address (gpu_burn's own device numbers are mapped by the module, in PCI bus order).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run
+
+CHECK = "gpu_burn"
+
+
+def _rerun(label):
+    return "rerun gpu-burn on %s alone; if it fails again replace the card (RMA) with this evidence" % label
+
+
+def _setup_errors(result, host):
+    out = []
+    action = "fix the gpu_burn installation or the driver on %s (nvidia-smi must work), then rerun" % host
+    for line in result.get("cuda_failures") or []:
+        out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn could not use CUDA (%s)" % (host, line), action,
+                           [line]))
+    for line in result.get("init_failures") or []:
+        if "compare kernel" in line or "compare.ptx" in line:
+            out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn cannot find its compare kernel (%s)" % (
+                host, line), "run it from the directory holding compare.ptx (option chdir) on %s" % host, [line]))
+    return out
+
+
+def _gpu_findings(entry, host):
+    index, pci = entry.get("index"), entry.get("pci")
+    label = gpu_label(host, index, pci)
+    if entry.get("cuda_index") not in (None, index):
+        label += " (gpu_burn device %s)" % entry["cuda_index"]
+    status = entry.get("status")
+    evidence = [entry.get("died_line") or entry.get("first_error_line") or entry.get("final_line")]
+    if status == "not_initialised":
+        return [finding("fail", "BURN_FAULTY", "%s appears in gpu_burn's output but was never initialised" % label,
+                        _rerun(label), evidence, index, pci)]
+    if status == "died":
+        return [finding("fail", "BURN_FAULTY", "%s: its gpu_burn worker died during the run (DIED!): check the "
+                        "kernel log for XIDs" % label, "reseat or replace the card; " + _rerun(label), evidence,
+                        index, pci)]
+    if status == "faulty":
+        detail = "%d calculation errors" % entry["errors"] if entry.get("errors") else "reported FAULTY"
+        if entry.get("negative_error_frames"):
+            detail += " (counter overflowed negative)"
+        return [finding("fail", "BURN_FAULTY", "%s produced wrong results under load (%s): faulty GPU memory or "
+                        "compute" % (label, detail), _rerun(label), evidence, index, pci)]
+    if status == "no_work":
+        return [finding("fail", "BURN_FAULTY", "%s was initialised but did no work (proc'd %s, Gflop/s %s): hung or "
+                        "stalled GPU" % (label, entry.get("processed"), entry.get("gflops_max")), _rerun(label),
+                        evidence, index, pci)]
+    return []
+
+
+def judge(result, t, host, expected_gpus=None):
+    """[finding] for one gpu_burn result. expected_gpus: how many GPUs the burn should have initialised."""
+    out = could_not_run(result, CHECK, host)
+    if out or result.get("not_run"):
+        return out
+    rc = (result.get("tool") or {}).get("rc")
+    gpus = result.get("gpus") or []
+    frames = result.get("frames") or 0
+    recognised = (result.get("burn_s") is not None or frames or gpus or result.get("tested_gpus") is not None
+                  or result.get("init_failures") or result.get("cuda_failures") or result.get("aborted"))
+    if not recognised:
+        return [finding("error", "BURN_NOT_RUN", "%s: gpu_burn output not recognised (rc=%s): no start, progress or "
+                        "summary lines" % (host, rc), "run gpu_burn by hand on %s and read its output" % host,
+                        (result.get("unparsed") or {}).get("samples"))]
+    # Set-up problems make every later symptom (dead workers, missing GPUs) an artefact: report them alone.
+    out = _setup_errors(result, host)
+    if out:
+        return out
+    for entry in gpus:
+        if entry.get("status") == "no_work" and not frames:
+            continue  # no progress at all is one node-level error below, not eight GPU failures
+        out.extend(_gpu_findings(entry, host))
+    # Lines that name no GPU: evidence of the GPUs' own findings when there are some, a finding of their own if not.
+    rerun = "rerun gpu-burn on %s; replace the GPU it names if it fails again" % host
+    unnamed = [("a GPU test could not initialise (%s): the GPU is unusable, check nvidia-smi and the kernel log for "
+                "XIDs", line) for line in result.get("init_failures") or []]
+    unnamed += [("all gpu_burn workers died (%s)", line) for line in result.get("aborted") or []]
+    unnamed += [("a GPU failed during compute (%s)", line) for line in result.get("compute_failures") or []]
+    if out:
+        for _what, line in unnamed:
+            if line not in out[0]["evidence"]:
+                out[0]["evidence"].append(line)
+    else:
+        out.extend(finding("fail", "BURN_FAULTY", "%s: %s" % (host, what % line), rerun, [line])
+                   for what, line in unnamed)
+    initialised = [g for g in gpus if g.get("initialised")]
+    if expected_gpus is not None and len(initialised) < expected_gpus:
+        out.append(finding("fail", "BURN_GPU_MISSING", "%s: only %d of %d expected GPUs initialised in gpu_burn" % (
+            host, len(initialised), expected_gpus), "check nvidia-smi, risers and power on %s" % host,
+            ["initialised: %s" % ", ".join(str(g.get("index")) for g in initialised)]))
+    if not frames:
+        out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn printed no progress frames: nothing was measured"
+                           % host, "run gpu_burn by hand on %s and read its output" % host))
+    elif result.get("tested_gpus") is None and not result.get("aborted"):
+        out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn did not finish (no 'Tested N GPUs' summary, last "
+                           "progress %s%%)" % (host, result.get("last_percent")),
+                           "rerun gpu_burn on %s and read the end of its output" % host))
+    if result.get("tested_gpus") is not None and gpus and result["tested_gpus"] != len(gpus):
+        out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn tested %d GPUs but its output shows %d" % (
+            host, result["tested_gpus"], len(gpus)), "rerun gpu_burn on %s and read its output" % host))
+    if rc not in (0, None) and not out:
+        out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn exited with rc=%s although its output looks "
+                           "clean" % (host, rc), "rerun gpu_burn on %s and read its output" % host))
+    return out
+
+
+def figures(result):
+    """Per GPU: mean and best Gflop/s, errors, temperature; and the Gflop/s series for the chart."""
+    per, series = [], {}
+    for g in result.get("gpus") or []:
+        per.append({"index": g.get("index"), "pci": g.get("pci"), "burn_gflops": g.get("gflops_mean"),
+                    "burn_gflops_max": g.get("gflops_max"), "burn_errors": g.get("errors"),
+                    "burn_temperature_max_c": g.get("max_temperature_c")})
+        if g.get("gflops_series") and g.get("index") is not None:
+            series[str(g["index"])] = g["gflops_series"]
+    return per, series

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Judge gpu_facts: GPUs nvidia-smi could not read, GPUs missing against the expected count, and the memory-health
+counters that mean a card is at the end of its spare rows or pages (stdlib only).
+
+NVIDIA's limits: pre-Ampere cards retire at most 64 pages (retired_pages_*); Ampere and later remap rows, at most 512
+per framebuffer, and a remap failure means the spares are gone. Both end in an RMA (docs/failure-modes.md).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+
+CHECK = "gpu_facts"
+# Problem kinds that mean the GPUs could not be read (a lost GPU is judged with the XIDs).
+UNREADABLE_KINDS = ("tool_missing", "tool_error", "parser_error", "unparsable_output", "driver_not_loaded")
+
+
+def _counters(gpu, t, host):
+    out = []
+    index, pci = gpu["index"], gpu.get("pci")
+    label = gpu_label(host, index, pci)
+    rma = "replace the card (RMA): %s" % label
+    pages = (gpu.get("retired_pages_sbe") or 0) + (gpu.get("retired_pages_dbe") or 0)
+    ev = "retired_pages_sbe=%s retired_pages_dbe=%s retired_pages_pending=%s" % (
+        gpu.get("retired_pages_sbe"), gpu.get("retired_pages_dbe"), gpu.get("retired_pages_pending"))
+    if pages >= t["gpufleet_retired_pages_rma"]:
+        out.append(finding("fail", "RETIRED_PAGES_EXHAUSTED", "%s has %d retired pages (limit 64, threshold %d)" % (
+            label, pages, t["gpufleet_retired_pages_rma"]), rma, [ev], index, pci))
+    elif gpu.get("retired_pages_pending") is True:
+        out.append(finding("fail", "RETIRED_PAGES_PENDING", "%s has a page retirement pending" % label,
+                           "reset the GPU to apply it; replace the card (RMA) if pages keep retiring", [ev], index,
+                           pci))
+    uncorr = gpu.get("remapped_rows_uncorrectable") or 0
+    rev = "remapped_rows_uncorrectable=%s remapped_rows_pending=%s remapped_rows_failure=%s" % (
+        gpu.get("remapped_rows_uncorrectable"), gpu.get("remapped_rows_pending"), gpu.get("remapped_rows_failure"))
+    if gpu.get("remapped_rows_failure") is True:
+        out.append(finding("fail", "ROW_REMAP_FAILURE", "%s reports a row-remap failure (spare rows exhausted)"
+                           % label, rma, [rev], index, pci))
+    elif uncorr >= t["gpufleet_remapped_rows_rma"]:
+        out.append(finding("fail", "REMAPPED_ROWS_EXHAUSTED", "%s has %d uncorrectable remapped rows (limit 512)" % (
+            label, uncorr), rma, [rev], index, pci))
+    elif gpu.get("remapped_rows_pending") is True:
+        out.append(finding("fail", "ROW_REMAP_PENDING", "%s has a row remap pending" % label,
+                           "reset the GPU to apply the remap, rerun; replace the card (RMA) if remaps keep coming",
+                           [rev], index, pci))
+    dbe = gpu.get("ecc_volatile_uncorrected") or 0
+    if dbe > 0:
+        out.append(finding("fail", "ECC_UNCORRECTED", "%s has %d uncorrectable ECC errors since boot" % (label, dbe),
+                           rma, ["ecc_volatile_uncorrected=%d" % dbe], index, pci))
+    return out
+
+
+def expected_count(facts, t):
+    """(expected GPU count or None, where it came from)."""
+    if t.get("gpufleet_expected_gpus") is not None:
+        return t["gpufleet_expected_gpus"], "gpufleet_expected_gpus"
+    on_bus = facts.get("gpufleet_pci_gpus") or []
+    if on_bus:
+        return len(on_bus), "NVIDIA GPUs on the PCI bus"
+    return None, None
+
+
+def judge(facts, t, host, lost_pcis=()):
+    """[finding] for the gpufleet_* facts of gpu_facts. lost_pcis: GPUs already known lost (judged as GPU_LOST)."""
+    out = []
+    gpus = facts.get("gpufleet_gpus") or []
+    unreadable = [p for p in facts.get("gpufleet_gpu_problems") or [] if p.get("kind") in UNREADABLE_KINDS]
+    for problem in unreadable[:3]:
+        out.append(finding("error", "GPU_FACTS_UNREADABLE", "%s: nvidia-smi could not be read (%s): %s" % (
+            host, problem["kind"], problem["message"]),
+            "fix nvidia-smi on %s (driver loaded? `nvidia-smi` by hand), then rerun; unreadable is not healthy"
+            % host, [problem.get("line") or problem["message"]], pci=problem.get("pci")))
+    for gpu in gpus:
+        out.extend(_counters(gpu, t, host))
+    expected, source = expected_count(facts, t)
+    seen = set(g["pci"] for g in gpus)
+    lost = set(lost_pcis) - seen
+    count = len(gpus)
+    if expected is not None and count + len(lost) < expected:
+        on_bus = [p for p in facts.get("gpufleet_pci_gpus") or [] if p not in seen and p not in lost]
+        where = " (on the PCI bus but not in nvidia-smi: %s)" % ", ".join(on_bus) if on_bus else ""
+        out.append(finding("fail", "GPU_MISSING", "%s shows %d GPU(s)%s, %d expected (%s)%s" % (
+            host, count, " + %d lost" % len(lost) if lost else "", expected, source, where),
+            "reseat the risers and recable GPU power of the missing GPUs on %s, check lspci, then rerun" % host,
+            ["nvidia-smi GPUs: %s" % (", ".join("%d=%s" % (g["index"], g["pci"]) for g in gpus) or "none")]))
+    return out

@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Judge nvidia-smi samples taken under load (gpu_sample): sustained heat, thermal throttling, a PCIe link that never
+reaches its rated gen/width under load, corrected ECC rising (stdlib only).
+
+Why under load: many GPUs drop their PCIe link to gen 1 at idle, so only samples at or above
+gpufleet_load_util_min_pct count for the link; the BEST link seen under load is compared with the maximum (a
+momentary dip is not a degraded riser; never reaching the maximum is). Time above the temperature limit is measured
+from the samples' own times, each sample standing until the next (a gap in sampling is not evidence of heat).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+
+CHECK = "gpu_sample"
+MAX_SERIES_POINTS = 240
+_LINE_KEYS = ("temperature_c", "utilization_gpu_pct", "power_w", "pcie_gen_current", "pcie_width_current",
+              "throttle_reasons")
+
+
+def _line(row):
+    return "t=%ss GPU %s (%s): %s" % (row.get("_t"), row.get("index"), row.get("pci"),
+                                      " ".join("%s=%s" % (k, row.get(k)) for k in _LINE_KEYS if k in row))
+
+
+def per_gpu_rows(result):
+    """{pci or index: [row with _t]} in time order; a GPU is known by its PCI address."""
+    per = {}
+    for sample in result.get("samples") or []:
+        for gpu in sample.get("gpus") or []:
+            key = gpu.get("pci") or gpu.get("index")
+            row = dict(gpu)
+            row["_t"] = sample.get("t_s")
+            per.setdefault(key, []).append(row)
+    return per
+
+
+def _seconds_above(rows, limit, interval):
+    if not rows:
+        return 0.0
+    times = [r["_t"] for r in rows]
+    steps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    step = steps[len(steps) // 2] if steps else (interval or 1.0)
+    total = 0.0
+    for i, row in enumerate(rows):
+        temp = row.get("temperature_c")
+        if temp is not None and temp > limit:
+            nxt = times[i + 1] - times[i] if i + 1 < len(rows) else step
+            total += max(0.0, min(nxt, 3 * step))
+    return total
+
+
+def _thermal(reasons):
+    return any("thermal" in str(r).lower() for r in reasons or [])
+
+
+def downsample(points, limit=MAX_SERIES_POINTS):
+    if len(points) <= limit:
+        return points
+    stride = len(points) / float(limit)
+    return [points[int(i * stride)] for i in range(limit)]
+
+
+def figures(result, t):
+    """Per GPU: max temperature and power, seconds above the limit, best PCIe link under load, loaded samples,
+    throttle reasons seen; plus the temperature series for the chart. ([per_gpu], {index: [[t, temp]]})."""
+    limit = t["gpufleet_temp_max_c"]
+    per, series = [], {}
+    for rows in per_gpu_rows(result).values():
+        first = rows[0]
+        start = rows[0]["_t"] or 0.0
+        temps = [r["temperature_c"] for r in rows if r.get("temperature_c") is not None]
+        powers = [r["power_w"] for r in rows if r.get("power_w") is not None]
+        loaded = [r for r in rows if r.get("utilization_gpu_pct") is None
+                  or r["utilization_gpu_pct"] >= t["gpufleet_load_util_min_pct"]]
+        gens = [r["pcie_gen_current"] for r in loaded if r.get("pcie_gen_current") is not None]
+        widths = [r["pcie_width_current"] for r in loaded if r.get("pcie_width_current") is not None]
+        corrected = [r["ecc_volatile_corrected"] for r in rows if r.get("ecc_volatile_corrected") is not None]
+        reasons = sorted(set(x for r in rows for x in r.get("throttle_reasons") or [] if x != "gpu_idle"))
+        per.append({
+            "index": first.get("index"), "pci": first.get("pci"), "samples": len(rows), "loaded_samples": len(loaded),
+            "max_temperature_c": max(temps) if temps else None, "max_power_w": max(powers) if powers else None,
+            "seconds_above_limit_s": round(_seconds_above(rows, limit, result.get("interval_s")), 1),
+            "temperature_limit_c": limit,
+            "pcie_gen_under_load": max(gens) if gens else None,
+            "pcie_width_under_load": max(widths) if widths else None,
+            "pcie_gen_max": next((r["pcie_gen_max"] for r in rows if r.get("pcie_gen_max") is not None), None),
+            "pcie_width_max": next((r["pcie_width_max"] for r in rows if r.get("pcie_width_max") is not None), None),
+            "ecc_corrected_first": corrected[0] if corrected else None,
+            "ecc_corrected_last": corrected[-1] if corrected else None,
+            "throttle_reasons_seen": reasons,
+        })
+        if temps:
+            series[str(first.get("index"))] = downsample(
+                [[round((r["_t"] or 0.0) - start, 3), r["temperature_c"]] for r in rows
+                 if r.get("temperature_c") is not None])
+    return per, series
+
+
+def judge(result, t, host):
+    """[finding] for one gpu_sample result."""
+    out = []
+    rows_by_gpu = per_gpu_rows(result)
+    per, _series = figures(result, t)
+    for fig in per:
+        rows = rows_by_gpu[fig["pci"] or fig["index"]]
+        index, pci = fig["index"], fig["pci"]
+        label = gpu_label(host, index, pci)
+        limit = t["gpufleet_temp_max_c"]
+        if fig["seconds_above_limit_s"] >= t["gpufleet_temp_sustained_s"]:
+            hot = [r for r in rows if (r.get("temperature_c") or 0) > limit]
+            out.append(finding("fail", "THERMAL_SUSTAINED", "%s ran above %g C for %.0f s under load (max %g C, "
+                               "limit %g s)" % (label, limit, fig["seconds_above_limit_s"], fig["max_temperature_c"],
+                                                t["gpufleet_temp_sustained_s"]),
+                               "fix the airflow around %s: fans, blanking panels, filters, inlet temperature, card "
+                               "spacing" % label, [_line(r) for r in hot[:5]], index, pci))
+        throttled = [r for r in rows if _thermal(r.get("throttle_reasons"))]
+        if throttled:
+            out.append(finding("warn", "THERMAL_THROTTLE", "%s throttled for temperature in %d of %d samples under "
+                               "load" % (label, len(throttled), len(rows)),
+                               "check the airflow around %s (fans, blanking panels, inlet temperature)" % label,
+                               [_line(r) for r in throttled[:5]], index, pci))
+        gen, width = fig["pcie_gen_under_load"], fig["pcie_width_under_load"]
+        gen_max, width_max = fig["pcie_gen_max"], fig["pcie_width_max"]
+        if (gen and gen_max and gen < gen_max) or (width and width_max and width < width_max):
+            loaded = [r for r in rows if r.get("utilization_gpu_pct") is None
+                      or r["utilization_gpu_pct"] >= t["gpufleet_load_util_min_pct"]]
+            out.append(finding("fail", "PCIE_DEGRADED", "%s PCIe link under load is gen %s x%s, max gen %s x%s (%d "
+                               "samples)" % (label, gen or "?", width or "?", gen_max, width_max, len(loaded)),
+                               "reseat or replace the riser of %s, or move the card to another slot; check the slot's "
+                               "BIOS link setting" % label, [_line(r) for r in loaded[:5]], index, pci))
+        first, last = fig["ecc_corrected_first"], fig["ecc_corrected_last"]
+        if first is not None and last - first >= t["gpufleet_ecc_corrected_rise"]:
+            out.append(finding("warn", "ECC_CORRECTED_RISING", "%s volatile corrected ECC rose from %d to %d during "
+                               "the run" % (label, first, last), "slow ECC leak: schedule replacement, watch %s" % label,
+                               ["ecc_volatile_corrected first=%d last=%d" % (first, last)], index, pci))
+    if not per and not result.get("not_run"):
+        reason = result.get("stop_reason") or "no sample was taken"
+        out.append(finding("error", "SAMPLES_MISSING", "%s: no nvidia-smi sample under load: %s" % (host, reason),
+                           "check nvidia-smi on %s; temperatures and the PCIe link under load were not checked" % host,
+                           [reason]))
+    return out

@@ -1,0 +1,63 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""The XID severity policy (stdlib only): the parser labels events with it on the node, the XID watcher labels its
+metrics with it, and the fleet report recomputes it with the inventory's overrides. One function, one answer.
+
+Order: the catalog's default for the code (xid_catalog.py, generated from NVIDIA's catalog; how each default was
+chosen is documented in docs/xid.md), refined by what the line itself says (an NVLink5 error is Fatal or Nonfatal; an
+XID 154 is as serious as the recovery action it asks for; an XID 45 that follows another XID on the same GPU is only
+its consequence), then the site's overrides.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES, lookup
+
+# A 154 is as serious as what the driver now asks for: nothing, draining P2P, or taking the GPU/node down.
+RECOVERY_SEVERITY = {0: "info", 3: "warning"}
+
+
+def rank(severity):
+    """info < warning < unknown < critical; anything else ranks as unknown (never below a warning)."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else SEVERITIES.index("unknown")
+
+
+def check_overrides(overrides):
+    """{int code: severity} from user input, or raise ValueError naming the bad entry."""
+    out = {}
+    for code, severity in (overrides or {}).items():
+        try:
+            number = int(code)
+        except (TypeError, ValueError):
+            raise ValueError("XID %r is not an XID code (an integer such as 63)" % (code,))
+        if severity not in SEVERITIES:
+            raise ValueError("XID %s -> %r is not one of %s" % (code, severity, ", ".join(SEVERITIES)))
+        out[number] = severity
+    return out
+
+
+def severity(code, details=None, correlated_with=None, overrides=None):
+    """(severity, basis) of one XID event."""
+    details = details or {}
+    info = lookup(code)
+    level, basis = info["severity"], info["severity_basis"]
+    if "nvlink" in details:
+        fatal = details["nvlink"].get("fatal")
+        level = "critical" if fatal else "warning"
+        basis = "NVLink5 %s %s" % (details["nvlink"].get("unit"), "Fatal" if fatal else "Nonfatal")
+    elif "recovery_action_to" in details:
+        action = details["recovery_action_to"]
+        level = RECOVERY_SEVERITY.get(action.get("code"), "critical")
+        basis = "recovery action now %s" % action.get("name")
+    elif code == 45:
+        if correlated_with:
+            level, basis = "info", "follows Xid %s on the same GPU" % correlated_with.get("xid")
+        else:
+            level, basis = "warning", "solo Xid 45: no earlier Xid on this GPU in the read"
+    overrides = overrides or {}
+    if code in overrides or str(code) in overrides:
+        level = overrides.get(code, overrides.get(str(code)))
+        basis = "severity_overrides"
+    return level, basis

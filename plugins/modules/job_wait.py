@@ -1,0 +1,128 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+# The work happens in the action plugin of the same name (plugins/action/job_wait.py) on the controller; this file
+# carries the documentation and the argument_spec the action validates against.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: job_wait
+short_description: Wait for a long node-side check (started with async) and keep its lease alive
+description:
+  - The one wait pattern of the collection's long checks (gpu_burn, the nvidia-smi sampler, dcgmi diag, NCCL). Start
+    the check with C(async) and C(poll 0), then wait with this action.
+  - Each poll is one round trip that waits on the node for up to O(poll) seconds (M(kentino.gpufleet.job_status)), so a
+    600 s burn costs about 20 round trips instead of one every few seconds, and no C(FAILED - RETRYING) line is
+    printed: progress shows as one line per node and poll (elapsed / planned seconds).
+  - A node that dies during the wait is C(UNREACHABLE) at once (the SSH keepalive notices within about 45 s), never
+    after the async timeout.
+  - Every poll refreshes the run's lease on the node. When the controller stops polling (Ctrl-C, a dead controller),
+    the check notices the stale lease and stops its tool by itself (module_utils/lease.py).
+  - Returns the job's own result, as C(async_status) would once finished, and removes its status file.
+version_added: "0.2.0"
+author: kentino.gpufleet contributors
+options:
+  job:
+    description:
+      - The registered result of the task that started the job with C(async) and C(poll 0).
+      - When it has no C(ansible_job_id) (the task ran synchronously, as in check mode, or was skipped) it is returned
+        as it is, so one wait task serves every mode.
+    type: dict
+    required: true
+  label:
+    description: What runs, for the progress line (e.g. C(gpu_burn)).
+    type: str
+    default: job
+  planned:
+    description: Seconds the job is planned to take, for the progress line; 0 shows elapsed time only.
+    type: int
+    default: 0
+  timeout:
+    description: Seconds after which the wait gives up (the job keeps its own, shorter, timeout).
+    type: int
+    default: 3600
+  poll:
+    description: Seconds each round trip waits on the node before answering "still running".
+    type: int
+    default: 30
+  progress_every:
+    description: Seconds between two progress lines for one node; 0 prints none.
+    type: int
+    default: 60
+  state_dir:
+    description: The node's gpufleet state directory (where the run's lease lives).
+    type: path
+  run_id:
+    description: The run whose lease to refresh.
+    type: str
+attributes:
+  action:
+    support: full
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+notes:
+  - Runs as an action plugin on the controller and calls M(kentino.gpufleet.job_status) on the node.
+"""
+
+EXAMPLES = r"""
+- name: Start gpu_burn
+  kentino.gpufleet.gpu_burn:
+    duration: 600
+  async: 1500
+  poll: 0
+  register: __burn
+
+- name: Wait for it
+  kentino.gpufleet.job_wait:
+    job: "{{ __burn }}"
+    label: gpu_burn
+    planned: 600
+  register: gpufleet_result_gpu_burn
+"""
+
+RETURN = r"""
+finished:
+  description: Always true when the action returns normally (the job's result follows, merged in).
+  returned: always
+  type: bool
+waited_s:
+  description: Seconds the controller waited.
+  returned: always
+  type: float
+polls:
+  description: Round trips made.
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+ARGUMENT_SPEC = dict(
+    job=dict(type="dict", required=True),
+    label=dict(type="str", default="job"),
+    planned=dict(type="int", default=0),
+    timeout=dict(type="int", default=3600),
+    poll=dict(type="int", default=30),
+    progress_every=dict(type="int", default=60),
+    state_dir=dict(type="path"),
+    run_id=dict(type="str"),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.fail_json(msg="kentino.gpufleet.job_wait runs as an action plugin on the controller; this module file only "
+                         "documents it.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: run_cleanup
+short_description: Stop the node-side work that earlier (interrupted) gpufleet runs left behind
+description:
+  - Every tool a run starts through the collection (gpu_burn, dcgmi diag, all_reduce_perf) is recorded under
+    O(state_dir)C(/runs/<run id>/). This module stops the process groups recorded by runs other than O(run_id) and
+    removes their directories, so that a run interrupted by Ctrl-C or a dead controller never makes the next run
+    refuse the node as busy with its own leftovers.
+  - Only process groups recorded by the collection are touched, never other processes on the GPUs.
+  - With O(finished_run_id) it removes that run's directory at the end of the run (nothing of it runs any more).
+  - The burn-in and preflight run it first; C(playbooks/abort.yml) (C(gpufleet abort)) runs it with no O(run_id) to
+    stop everything.
+version_added: "0.2.0"
+author: kentino.gpufleet contributors
+options:
+  state_dir:
+    description: The node's gpufleet state directory.
+    type: path
+    required: true
+  run_id:
+    description: The current run, whose work is kept; omit to stop every recorded run.
+    type: str
+  finished_run_id:
+    description: A run that has finished on this node: its directory is removed.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is stopped; the result lists what would be.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Stop what an interrupted run left behind
+  kentino.gpufleet.run_cleanup:
+    state_dir: /var/lib/gpufleet
+"""
+
+RETURN = r"""
+stopped:
+  description: The recorded process groups of other runs, with whether they were still running (and were killed).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{run_id: "20261130T101500Z-3fa2c1", pgid: 41230, argv: ["/opt/gpufleet/bin/gpu_burn", "600"], killed: true}]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import RUN_ID_RE, recorded_jobs, run_dir, stop_leftovers
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state_dir=dict(type="path", required=True),
+            run_id=dict(type="str"),
+            finished_run_id=dict(type="str"),
+        ),
+        mutually_exclusive=[("run_id", "finished_run_id")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    for key in ("run_id", "finished_run_id"):
+        if p[key] is not None and not RUN_ID_RE.match(p[key]):
+            module.fail_json(msg="%s %r is not a run id (letters, digits, . _ -)" % (key, p[key]))
+    if p["finished_run_id"]:
+        existed = os.path.isdir(run_dir(p["state_dir"], p["finished_run_id"]))
+        stopped = stop_leftovers(p["state_dir"], keep=lambda rid: rid != p["finished_run_id"],
+                                 dry_run=module.check_mode)
+        module.exit_json(changed=existed, stopped=stopped)
+    if module.check_mode:
+        module.exit_json(changed=False, stopped=recorded_jobs(p["state_dir"], except_run_id=p["run_id"]))
+    stopped = stop_leftovers(p["state_dir"], keep=lambda rid: rid == p["run_id"])
+    module.exit_json(changed=bool(stopped), stopped=stopped)
+
+
+if __name__ == "__main__":
+    main()

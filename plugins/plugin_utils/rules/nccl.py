@@ -1,0 +1,15 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""nccl_test results -> findings, with the node's GPU models for the busbw floor (judge: module_utils/judge_nccl)."""
+
+from __future__ import annotations
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_nccl
+
+MODULE = "nccl_test"
+
+
+def apply(node, data):
+    names = node.gpu_names()
+    findings = judge_nccl.judge(data, node.t, node.host, gpu_names=names, sources=node.sources)
+    node.judged(MODULE, findings, judge_nccl.figures(data, node.t, names, node.sources), data.get("not_run"))

@@ -1,0 +1,98 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Read a registered result from hostvars: strip Ansible's envelope, check the module's JSON Schema, classify.
+
+A reader never guesses key names: a result whose keys or types do not match its module's schema is an error naming
+the key (plugins/plugin_utils/schemas/<module>.json, versioned). States:
+    ok           the module ran (its data validated); the judge decides
+    skipped      Ansible skipped the task (a `when:`), or nothing ran (the module's not_run)
+    failed       the task failed (invalid options, a crash, the stage's rescue): its message
+    unreachable  the node dropped out during this task
+    invalid      the data does not match the schema: the message names the key
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import jsonschema
+from referencing import Registry, Resource
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+
+# Keys Ansible adds to a registered result (task, async and retry bookkeeping): not the module's data.
+ENVELOPE = frozenset((
+    "changed", "failed", "skipped", "skip_reason", "false_condition", "msg", "invocation", "ansible_job_id",
+    "finished", "started", "results_file", "stdout", "stdout_lines", "stderr", "stderr_lines", "attempts", "erased",
+    "warnings", "deprecations", "unreachable", "module_stdout", "module_stderr", "exception", "rc", "ansible_facts",
+    "_ansible_no_log", "_ansible_verbose_always", "_ansible_delegated_vars", "retries", "censored",
+    "ansible_async_watchdog_pid", "pid", "waited_s", "polls",
+))
+
+
+@lru_cache(maxsize=None)
+def _registry():
+    resources = []
+    for path in sorted(SCHEMA_DIR.glob("*.json")):
+        schema = json.loads(path.read_text())
+        resources.append((schema["$id"], Resource.from_contents(schema)))
+    return Registry().with_resources(resources)
+
+
+@lru_cache(maxsize=None)
+def validator(name):
+    schema = json.loads((SCHEMA_DIR / ("%s.json" % name)).read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, registry=_registry())
+
+
+def schema_version(name):
+    """The version in the schema's $id (.../results/<version>/<name>.json)."""
+    return validator(name).schema["$id"].rsplit("/", 2)[-2]
+
+
+def strip_envelope(result):
+    return {k: v for k, v in result.items() if k not in ENVELOPE and not str(k).startswith("_ansible")}
+
+
+def _where(error):
+    path = "".join("[%r]" % p if isinstance(p, int) else ".%s" % p for p in error.absolute_path)
+    return path.lstrip(".") or "(top level)"
+
+
+def schema_errors(name, data):
+    """Human messages for every mismatch (first 5), naming the key: '<key>: <what is wrong>'."""
+    out = []
+    for error in sorted(validator(name).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))[:5]:
+        if error.validator == "additionalProperties":
+            extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            out.append("%s: unexpected key(s) %s (not in schema %s v%s)" % (
+                _where(error), ", ".join(map(str, extra)), name, schema_version(name)))
+        else:
+            out.append("%s: %s" % (_where(error), error.message[:200]))
+    return out
+
+
+def read_result(name, result):
+    """(state, data, reason) for one registered result of module `name`."""
+    if result is None:
+        return "missing", None, "no result"
+    if not isinstance(result, dict):
+        return "invalid", None, "result is not a mapping: %r" % (result,)
+    if result.get("unreachable"):
+        return "unreachable", None, str(result.get("msg") or "host unreachable")
+    data = strip_envelope(result)
+    if result.get("skipped") and not data:
+        if result.get("false_condition"):
+            return "skipped", None, "when: %s" % result["false_condition"]
+        return "skipped", None, str(result.get("skip_reason") or "skipped")
+    if result.get("failed") and "verdict" not in data:
+        return "failed", None, str(result.get("msg") or "task failed")
+    errors = schema_errors(name, data)
+    if errors:
+        return "invalid", data, "; ".join(errors)
+    if data.get("not_run"):
+        return "skipped", data, str(data["not_run"])
+    return "ok", data, ""
