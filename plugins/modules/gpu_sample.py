@@ -119,7 +119,9 @@ per_gpu:
        min_pcie_gen_under_load: 3, min_pcie_width_under_load: 16, loaded_samples: 11,
        throttle_reasons_seen: [], samples: 12, max_power_w: 655.0}
 problems:
-  description: What could not be read, as in gpu_facts (kind lost, unreadable_field, tool_error, tool_missing; pci; raw message).
+  description:
+    - What could not be read, as in gpu_facts ({kind, pci, index, message}; kind lost, unreadable_field,
+      unparsable_output, tool_error, tool_missing).
   returned: always
   type: list
   elements: dict
@@ -211,10 +213,14 @@ def _stop_reason(answer, first_count):
     """Why this sample ends the run, or None while the GPUs are still readable."""
     lost = [p for p in answer["problems"] if p["kind"] == "lost"]
     if lost:
-        return "GPU %s became unreadable (lost): %s" % (", ".join(str(p["pci"]) for p in lost), lost[0]["message"])
+        names = [p["pci"] or "index %s" % p.get("index") for p in lost]
+        return "GPU %s became unreadable (lost): %s" % (", ".join(names), lost[0]["message"])
     errors = [p for p in answer["problems"] if p["kind"] == "tool_error"]
     if errors:
         return "nvidia-smi failed: %s" % errors[0]["message"]
+    junk = [p for p in answer["problems"] if p["kind"] == "unparsable_output"]
+    if junk and not answer["gpus"]:
+        return "nvidia-smi printed lines that are not rows of the query: %s" % junk[0]["message"]
     if not answer["gpus"]:
         return "nvidia-smi returned no GPU rows"
     if first_count is not None and len(answer["gpus"]) < first_count:
