@@ -104,12 +104,17 @@ gpus:
     - One entry per GPU seen in the output. C(status) is ok, faulty, died, not_initialised or no_work.
     - C(errors) counts calculation errors once per summary window (gpu_burn's counters are cumulative between
       summaries); C(error_frames) is the number of progress frames that showed errors.
+    - C(gflops_series) is the GPU's throughput over the run, one C([percent, gflops]) pair per progress frame (0 once
+      its worker died), thinned evenly to at most 240 points (first and last frame kept).
+    - When the output lacks the run's start (no C(Initialized device) lines), C(status) comes from the final
+      C(GPU n OK/FAULTY) lines, the C((DIED!)) markers and the error counts, and the verdict is never pass.
   returned: when gpu_burn ran
   type: list
   elements: dict
   sample:
     - {index: 0, cuda_index: 0, status: ok, errors: 0, error_frames: 0, gflops_max: 7122.0, gflops_mean: 7109.9,
-       max_temperature_c: 64, max_power_w: null, frames: 10, processed: 2670, final: OK, initialised: true}
+       max_temperature_c: 64, max_power_w: null, frames: 10, processed: 2670, final: OK, initialised: true,
+       gflops_series: [[10.0, 7100.0], [20.0, 7111.0], [30.0, 7122.0]]}
 initialised_gpus:
   description: How many GPUs gpu_burn initialised.
   returned: when gpu_burn ran
