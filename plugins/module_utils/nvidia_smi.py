@@ -406,6 +406,7 @@ def _parse_csv(text, fields):
     unparsed = _unparsed()
     rows = []
     header_seen = False
+    row_seen = False  # the header comes before the first row; junk before it does not hide it
     fields = list(fields) if fields else None
     for line, message in _messages(_lines(text)):
         if not line.strip():
@@ -413,7 +414,7 @@ def _parse_csv(text, fields):
         if message is not None:
             problems.append(message)
             continue
-        if not header_seen and not any(cells for _l, cells, _w in rows):
+        if not header_seen and not row_seen:
             cells = [c.strip() for c in line.split(",")]
             header = _looks_like_header(cells, fields)
             if header:
@@ -430,6 +431,7 @@ def _parse_csv(text, fields):
             rows.append((line, None, "expected %d comma-separated fields, got %d" % (len(fields), len(line.split(",")))))
             continue
         rows.append((line, cells, None))
+        row_seen = True
     return fields or [], rows, problems, unparsed, header_seen
 
 
