@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""Parse and judge gpu_burn (wilicc/gpu-burn) output; stdlib only, runs on the node. signals.md section 5.
+"""Parse and judge gpu_burn (wilicc/gpu-burn) output; stdlib only, runs on the node (formats: gpu_burn-drv.cpp).
 
 Shapes read:
   Using compare file: compare.ptx / Burning for 600 seconds.

@@ -3,7 +3,8 @@
 """Kernel-log XID parser (stdlib only: runs on the node).
 
 Reads NVRM lines from dmesg, syslog files or journald and returns XID events enriched from the catalog, the GPUs that
-fell off the bus, and what it could not read. All variants of signals.md section 1 are accepted:
+fell off the bus, and what it could not read. Every variant of the driver's krcReportXid format
+(open-gpu-kernel-modules) seen in public bug reports is accepted:
 
   NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
   NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 31, pid=1234, name=python3, Ch 0000000c, ...   (MIG)
@@ -181,7 +182,7 @@ def _details(xid, body):
                 "xc": int(match.group("xc")) if match.group("xc") is not None else None,
                 "instance": int(match.group("inst")) if match.group("inst") is not None else None,
                 "values": ["0x%08x" % v for v in values],
-                # the subcode is bits 20-25 of the first value (signals.md)
+                # the subcode is bits 20-25 of the first value
                 "subcode": (values[0] >> 20) & 0x3F if values else None,
             }
         else:

@@ -8,7 +8,7 @@
   parse_help_query_gpu(text)         --help-query-gpu (the field names this driver accepts)
   parse_tool_messages(text)          error lines nvidia-smi prints instead of (or among) data rows
 
-Traps handled (reference/signals.md section 2): six spellings of "no value" (all become None, never a string), names
+Traps handled (nvidia-smi(1) and public bug reports): six spellings of "no value" (all become None, never a string), names
 with commas (the CSV is not quoted), a rejected field name aborting the whole query, a lost GPU printing an error line
 among the other GPUs' rows, "Clocks Throttle Reasons" (old drivers) vs "Clocks Event Reasons", "Remapped Rows : N/A"
 on consumer cards.
