@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""Parse and judge gpu_burn (wilicc/gpu-burn) output; stdlib only, runs on the node. signals.md section 5.
+"""Parse and judge gpu_burn (wilicc/gpu-burn) output; stdlib only, runs on the node (formats: gpu_burn-drv.cpp).
 
 Shapes read:
   Using compare file: compare.ptx / Burning for 600 seconds.
@@ -14,6 +14,14 @@ Shapes read:
 Traps: exit code 0 with FAULTY GPUs; negative error counts (int overflow, or -1 added by a dying worker); "OK" after a
 failed init; no progress frames at all. A GPU passes only if initialised, did work, had zero errors in every frame and
 was not reported FAULTY.
+
+Output whose start was not captured (a log tail, a redirect that missed the first lines) has no "Initialized device"
+lines: each GPU's status then comes from the final GPU n: OK/FAULTY lines, the (DIED!) markers and the error counts
+alone, and the judgement says that initialisation could not be checked (never a pass).
+
+Each GPU also gets gflops_series: [[percent, Gflop/s], ...], one point per progress frame (0 once its worker is dead:
+gpu_burn keeps printing the last figure of a dead worker), thinned evenly to at most MAX_SERIES_POINTS while reading,
+so a long burn costs bounded memory.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -55,6 +63,37 @@ _FAILURE_MARKERS = (
     ("aborted", "No clients are alive"),
 )
 MAX_SAMPLES = 5
+MAX_SERIES_POINTS = 240
+
+
+class _Series:
+    """Points kept at a stride that doubles whenever twice the limit is reached, so memory stays bounded while the
+    points stay evenly spread over the run; points() thins to the limit and always ends with the last point."""
+
+    def __init__(self, limit=MAX_SERIES_POINTS):
+        self.limit = max(2, int(limit))
+        self.kept = []
+        self.stride = 1
+        self.seen = 0
+        self.last = None
+
+    def add(self, point):
+        if self.seen % self.stride == 0:
+            self.kept.append(point)
+            if len(self.kept) >= 2 * self.limit:
+                self.kept = self.kept[::2]
+                self.stride *= 2
+        self.seen += 1
+        self.last = point
+
+    def points(self):
+        kept = list(self.kept)
+        if self.last is not None and (not kept or kept[-1] is not self.last):
+            kept.append(self.last)
+        if len(kept) > self.limit:
+            step = (len(kept) - 1) / float(self.limit - 1)
+            kept = [kept[int(round(i * step))] for i in range(self.limit)]
+        return [list(p) for p in kept]
 
 
 def _to_float(text):
@@ -116,7 +155,7 @@ def _new_gpu(index):
         "frames": 0, "processed": 0, "gflops_max": None, "gflops_mean": None, "_gflops": [],
         "errors": 0, "error_frames": 0, "negative_error_frames": 0, "_window_max": 0,
         "warning_frames": 0, "died": False, "max_temperature_c": None, "max_power_w": None, "final": None,
-        "first_error_line": None, "died_line": None,
+        "first_error_line": None, "died_line": None, "_series": _Series(),
     }
 
 
@@ -127,7 +166,7 @@ def parse_gpu_burn(text):
         "compare_file": None, "burn_seconds": None, "frames": 0, "summaries": 0, "last_percent": None,
         "tested_gpus": None, "gpus": [], "init_failures": [], "compute_failures": [], "cuda_failures": [],
         "aborted": [], "finished": False, "unparsed": {"count": 0, "samples": []}, "problems": [],
-        "evidence": [],
+        "evidence": [], "init_lines_seen": False,
     }
     gpus = {}
     in_final = False
@@ -161,6 +200,8 @@ def parse_gpu_burn(text):
                 entry["processed"] = max(entry["processed"], values["processed"])
                 if values["gflops"] is not None and values["gflops"] > 0:
                     entry["_gflops"].append(values["gflops"])
+                if frame["percent"] is not None and values["gflops"] is not None:
+                    entry["_series"].add((frame["percent"], 0.0 if values["died"] else values["gflops"]))
                 if values["died"]:
                     # A dying worker reports -1 as its error count: that is the death signal, not a miscompare.
                     if not entry["died"]:
@@ -192,6 +233,7 @@ def parse_gpu_burn(text):
         if match:
             entry = gpu(int(match.group("dev")))
             entry["initialised"] = True
+            out["init_lines_seen"] = True
             entry["memory_total_mb"] = int(match.group("total"))
             entry["memory_used_mb"] = int(match.group("used"))
             prec = (match.group("prec") or "").upper()
@@ -232,14 +274,16 @@ def parse_gpu_burn(text):
             out["unparsed"]["samples"].append(stripped[:200])
     close_window()
 
+    init_known = not start_missing(out)
     for index in sorted(gpus):
         entry = gpus[index]
         values = entry.pop("_gflops")
         entry.pop("_window_max")
+        entry["gflops_series"] = entry.pop("_series").points()
         if values:
             entry["gflops_max"] = round(max(values), 1)
             entry["gflops_mean"] = round(sum(values) / len(values), 1)
-        entry["status"] = _gpu_status(entry)
+        entry["status"] = _gpu_status(entry, init_known)
         out["gpus"].append(entry)
     if last_frame_line:
         out["evidence"].append(last_frame_line)
@@ -251,8 +295,14 @@ def _looks_like_date(line):
     return bool(re.match(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} ", line))
 
 
-def _gpu_status(entry):
-    if not entry["initialised"]:
+def start_missing(parsed):
+    """True when the output lacks the run's start (no "Initialized device", "Burning for" or compare-file line): a log
+    tail, so a GPU's missing init line proves nothing."""
+    return not parsed["init_lines_seen"] and parsed["burn_seconds"] is None and parsed["compare_file"] is None
+
+
+def _gpu_status(entry, init_known=True):
+    if init_known and not entry["initialised"]:
         return "not_initialised"
     if entry["died"]:
         return "died"

@@ -98,7 +98,17 @@ def judge(result, t, host, expected_gpus=None):
         out.extend(finding("fail", "BURN_FAULTY", "%s: %s" % (host, what % line), rerun, [line])
                    for what, line in unnamed)
     initialised = [g for g in gpus if g.get("initialised")]
-    if expected_gpus is not None and len(initialised) < expected_gpus:
+    if result.get("start_missing") and gpus:
+        # A log tail (no "Initialized device" lines): the statuses come from the end of the run, init is unproven.
+        out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn output has no 'Initialized device' lines (a log tail "
+                           "or a run whose start was not captured): that GPUs %s initialised is not proven" % (
+                               host, ", ".join(str(g.get("index")) for g in gpus)),
+                           "rerun gpu_burn on %s and keep its whole output" % host))
+        if expected_gpus is not None and len(gpus) < expected_gpus:
+            out.append(finding("fail", "BURN_GPU_MISSING", "%s: only %d of %d expected GPUs appear in gpu_burn's "
+                               "output" % (host, len(gpus), expected_gpus),
+                               "check nvidia-smi, risers and power on %s" % host))
+    elif expected_gpus is not None and len(initialised) < expected_gpus:
         out.append(finding("fail", "BURN_GPU_MISSING", "%s: only %d of %d expected GPUs initialised in gpu_burn" % (
             host, len(initialised), expected_gpus), "check nvidia-smi, risers and power on %s" % host,
             ["initialised: %s" % ", ".join(str(g.get("index")) for g in initialised)]))

@@ -3,7 +3,8 @@
 """Kernel-log XID parser (stdlib only: runs on the node).
 
 Reads NVRM lines from dmesg, syslog files or journald and returns XID events enriched from the catalog, the GPUs that
-fell off the bus, and what it could not read. All variants of signals.md section 1 are accepted:
+fell off the bus, and what it could not read. Every variant of the driver's krcReportXid format
+(open-gpu-kernel-modules) seen in public bug reports is accepted:
 
   NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
   NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:00): 31, pid=1234, name=python3, Ch 0000000c, ...   (MIG)
@@ -14,7 +15,14 @@ fell off the bus, and what it could not read. All variants of signals.md section
 Counting rules (why an event is not a line):
 - a burst (same GPU, code, pid and MIG instance within BURST_WINDOW_S; XID 13 prints one line per SM) is ONE event,
   with line_count and up to EVIDENCE_LINES raw lines;
-- NVRM lines without "Xid" that follow an event (XID 119's RPC history and stack trace) are folded into it;
+- NVRM lines without "Xid" that follow an event (XID 119's RPC history and stack trace) are folded into it, unless they
+  name ANOTHER GPU (a different PCI address, or a different driver instance "GPU5" than the event's "GPU2");
+- "RmInitAdapter failed!" / "rm_init_adapter failed" (a GPU the driver could not initialise) is never folded into an
+  event: it is reported in init_failures, one entry per GPU with the count of attempts:
+    NVRM: GPU 0000:04:01.0: RmInitAdapter failed! (0x11:0x45:2525)
+    NVRM: GPU 0000:04:01.0: rm_init_adapter failed, device minor number 0
+    NVRM: RmInitAdapter failed! (0x30:0xffff:660)            + NVRM: rm_init_adapter failed for device bearing minor number 0
+    NVRM: RmInitAdapter failed! (0x30:0xffffffff:858)        + NVRM: rm_init_adapter(0) failed          (oldest drivers)
 - XID 45 is correlated with the Xid that caused it (named by "caused by previous Xid NNN", or the last other Xid on the
   same GPU within CORRELATE_WINDOW_S) and then not counted again; a solo 45 is counted as a warning;
 - "fallen off the bus" without an Xid line (one-line or the three-line form) is a lost GPU, reported as a synthetic
@@ -63,7 +71,9 @@ _XID_RE = re.compile(
     r"(?:,\s*(?P<rest>.*))?$"
 )
 _PID_RE = re.compile(r"^pid=(?P<pid>'<unknown>'|<unknown>|'?\d+'?|[^,]*)(?:,\s*name=(?P<name>[^,]*))?(?:,\s*(?P<body>.*))?$")
-_CHANNEL_RE = re.compile(r"\b(?:Ch|channel)\s+(?:0x)?([0-9a-fA-F]{1,8})\b", re.I)
+# "Ch 0000000c" (older), "channel 0x0000000c" (595+), "Channel ID 00000018" (XID 32), "Channel 00000028" (XID 8),
+# "ChID 0010" / "ChId 0010" (XID 13 and 69 exception lines); \b keeps "Subchannel 0x0" out.
+_CHANNEL_RE = re.compile(r"\b(?:ChID|Ch|Channel(?:\s+ID)?)\s+(?:0x)?([0-9a-fA-F]{1,8})\b", re.I)
 _NVLINK5_RE = re.compile(
     r"^\s*(?P<unit>[A-Za-z0-9_]+)\s+(?P<status>Fatal|Nonfatal|Non-fatal)\s+(?:XC(?P<xc>\d+)\s+)?(?:i(?P<inst>\d+)\s+)?"
     r"Link\s+(?P<link>\d+)\s*\((?P<values>[^)]*)\)",
@@ -80,6 +90,13 @@ _ONE_LINE_LOST_RE = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(" + _ADDR + r"):?\s
 _THE_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU (" + _ADDR + r")")
 _GPU_UUID_RE = re.compile(r"NVRM: GPU at (?:PCI:)?(" + _ADDR + r"):\s*(GPU-[0-9a-fA-F-]+)")
 _SERIAL_RE = re.compile(r"NVRM: GPU Board Serial Number:\s*(\S+)")
+# The GPU a follow-on line names: a PCI address ("NVRM: GPU 0000:05:00.0: ...") or the driver's instance ("GPU2 ...").
+_NAMED_PCI_RE = re.compile(r"NVRM: GPU (?:at )?(?:PCI:)?(" + _ADDR + r")\b")
+_NAMED_INSTANCE_RE = re.compile(r"NVRM: (?:\S+: )?GPU(\d+)\b")
+_BODY_INSTANCE_RE = re.compile(r"\bG(?:PU|SP)(\d+)\b")  # "... RPC response from GPU2 GSP!", "RPC from GSP0!"
+_INIT_FAILED_RE = re.compile(r"RmInitAdapter failed!\s*(?:\((?P<code>[^)]*)\))?")
+_INIT_MINOR_RE = re.compile(r"rm_init_adapter(?:\((?P<paren>\d+)\))? failed(?:.*?minor number (?P<minor>\d+))?")
+MAX_INIT_FAILURES = 64
 
 
 def _rank(severity):
@@ -109,6 +126,12 @@ def _int_any(text):
         return int(text, 16) if text.lower().startswith("0x") else int(text)
     except (ValueError, AttributeError):
         return None
+
+
+def _instance(body):
+    """The driver's GPU instance an Xid body names ("... from GPU2 GSP!"), or None."""
+    match = _BODY_INSTANCE_RE.search(body or "")
+    return int(match.group(1)) if match else None
 
 
 def parse_xid_line(message):
@@ -159,7 +182,7 @@ def _details(xid, body):
                 "xc": int(match.group("xc")) if match.group("xc") is not None else None,
                 "instance": int(match.group("inst")) if match.group("inst") is not None else None,
                 "values": ["0x%08x" % v for v in values],
-                # the subcode is bits 20-25 of the first value (signals.md)
+                # the subcode is bits 20-25 of the first value
                 "subcode": (values[0] >> 20) & 0x3F if values else None,
             }
         else:
@@ -219,6 +242,8 @@ class XidScanner:
         self.unparsed_samples = []
         self.gpu_ids = {}
         self.lost = {}  # pci -> {"line", "time", "uptime_s", "boot_id", "seq", "evidence"}
+        self.init_failures = []  # GPUs the driver could not initialise (RmInitAdapter failed), one entry per GPU
+        self._last_init = None  # the entry an "rm_init_adapter failed ... minor number N" line completes
         self._last_by_pci = {}  # pci -> last event (for bursts, follow-ons and 45 correlation)
         self._recent_by_pci = {}  # pci -> list of recent events (bounded) for 45 correlation
         self._last_event = None
@@ -255,7 +280,9 @@ class XidScanner:
             self._journal(journal_record(line))
             return
         # Dates are costly to build: skip them for NVRM lines that can only be follow-ons with an uptime stamp.
-        want_time = "Xid" in line or "fallen off" in line or self._last_event is None or self._last_event["_t_up"] is None
+        init = "nitAdapter" in line or "init_adapter" in line
+        want_time = ("Xid" in line or "fallen off" in line or init or self._last_event is None
+                     or self._last_event["_t_up"] is None)
         if (not want_time and self._last_nvrm_kind not in ("xid", "follow_on") and self._pending_gpu is None
                 and "GPU at " not in line and "The NVIDIA GPU" not in line and "Serial Number" not in line):
             return  # a plain NVRM line with no event to follow (driver banner, GSP notes)
@@ -378,6 +405,8 @@ class XidScanner:
                 time = self.boot_time + datetime.timedelta(seconds=uptime_s)
             except OverflowError:
                 time = None
+        if "RmInitAdapter failed" not in message and "rm_init_adapter" not in message:
+            self._last_init = None  # the companion line follows its RmInitAdapter line directly
         if "NVRM: Xid" in message:
             self._xid(message, time, uptime_s, boot_id, raw)
             self._last_nvrm_kind = "xid"
@@ -401,8 +430,10 @@ class XidScanner:
             if match and self._pending_uuid_pci in self.gpu_ids:
                 self.gpu_ids[self._pending_uuid_pci]["serial"] = match.group(1)
             self._pending_uuid_pci = None
+        elif "RmInitAdapter failed" in message or "rm_init_adapter" in message:
+            self._init_failed(message, time, uptime_s, boot_id, raw)
         elif self._pending_gpu is None:
-            self._follow_on(raw, time, uptime_s)
+            self._follow_on(message, raw, time, uptime_s)
         if self._pending_gpu is not None and "NVRM: The NVIDIA GPU " not in message:
             self._pending_gpu[1] -= 1
             if self._pending_gpu[1] <= 0:
@@ -435,13 +466,70 @@ class XidScanner:
             self.lost[pci] = {"line": evidence[0], "evidence": evidence, "time": time, "uptime_s": uptime_s,
                               "boot_id": boot_id, "seq": self.seq}
 
-    def _follow_on(self, raw, time, uptime_s):
-        """An NVRM line without Xid right after an event (XID 119's RPC history, stack notes) belongs to it."""
+    def _init_failed(self, message, time, uptime_s, boot_id, raw):
+        """RmInitAdapter failed (the GPU did not initialise) and its companion rm_init_adapter line: one entry per GPU
+        (PCI address, or the device minor number on drivers that print no address), attempts counted."""
+        if self._before_since(time):
+            self.skipped_before_since += 1
+            return
+        named = _NAMED_PCI_RE.search(message)
+        pci = normalize_pci(named.group(1)) if named else None
+        init = _INIT_FAILED_RE.search(message)
+        if init:
+            self.seq += 1
+            # Without an address, which GPU this is is known only from the companion line (minor number): merged there.
+            entry = next((e for e in self.init_failures if e["pci"] == pci), None) if pci is not None else None
+            if entry is None:
+                entry = {"kind": "init_failed", "pci": pci, "minor": None, "code": init.group("code"), "count": 0,
+                         "time": _iso(time), "uptime_s": uptime_s, "boot_id": boot_id, "line": _sample(raw),
+                         "evidence": [], "_seq": self.seq}
+                if len(self.init_failures) < MAX_INIT_FAILURES:
+                    self.init_failures.append(entry)
+            entry["count"] += 1
+            if len(entry["evidence"]) < EVIDENCE_LINES:
+                entry["evidence"].append(_sample(raw))
+            self._last_init = entry
+            return
+        match = _INIT_MINOR_RE.search(message)
+        if not match:
+            return
+        minor = match.group("minor") or match.group("paren")
+        minor = int(minor) if minor is not None else None
+        entry = self._last_init
+        self._last_init = None
+        if entry is None or (pci is not None and entry["pci"] not in (None, pci)):
+            return  # a companion line without its RmInitAdapter line: nothing to add to
+        if len(entry["evidence"]) < EVIDENCE_LINES:
+            entry["evidence"].append(_sample(raw))
+        if entry["minor"] is None and minor is not None:
+            entry["minor"] = minor
+            if entry["pci"] is None:  # a retry of an address-less GPU: its first entry has the same minor number
+                first = next((e for e in self.init_failures if e is not entry and e["pci"] is None
+                              and e["minor"] == minor), None)
+                if first is not None:
+                    first["count"] += entry["count"]
+                    for line in entry["evidence"]:
+                        if len(first["evidence"]) < EVIDENCE_LINES:
+                            first["evidence"].append(line)
+                    if entry in self.init_failures:
+                        self.init_failures.remove(entry)
+
+    def _follow_on(self, message, raw, time, uptime_s):
+        """An NVRM line without Xid right after an event (XID 119's RPC history, stack notes) belongs to it, unless it
+        names another GPU: such a line is not this event's (and does not end the event's run of follow-ons)."""
         event = self._last_event
         if event is None or self._last_nvrm_kind not in ("xid", "follow_on"):
             return
         if not self._close(event, time, uptime_s, FOLLOW_ON_WINDOW_S):
             return
+        named = _NAMED_PCI_RE.search(message)
+        if named and event["pci"] is not None and normalize_pci(named.group(1)) not in (None, event["pci"]):
+            return
+        instance = _NAMED_INSTANCE_RE.search(message)
+        if instance and event.get("_instance") is not None and int(instance.group(1)) != event["_instance"]:
+            return
+        if instance and event.get("_instance") is None:
+            event["_instance"] = int(instance.group(1))
         event["line_count"] += 1
         if len(event["evidence"]) < EVIDENCE_LINES:
             event["evidence"].append(_sample(raw))
@@ -481,6 +569,8 @@ class XidScanner:
             last["_t_epoch"] = _epoch(time) if time is not None else last["_t_epoch"]
             if len(last["evidence"]) < EVIDENCE_LINES:
                 last["evidence"].append(_sample(raw))
+            if last["channel"] is None:  # XID 13 bursts name the channel on a later line ("ChID 0010")
+                last["channel"] = fields["channel"]
             self.folded += 1
             self._last_event = last
             return
@@ -517,6 +607,7 @@ class XidScanner:
             "_seq": self.seq,
             "_t_up": uptime_s,
             "_t_epoch": _epoch(time),
+            "_instance": _instance(fields["message"]),
         }
         if fields["xid"] == 45:
             self._correlate_45(event)
@@ -592,7 +683,7 @@ class XidScanner:
 
     # ---- output ---------------------------------------------------------------------------------------------
     def result(self):
-        """{events, lost_gpus, gpu_ids, summary, highest_severity, unparsed} (see docs/contracts.md). Call it last."""
+        """{events, lost_gpus, init_failures, gpu_ids, summary, highest_severity, unparsed} (docs/contracts.md)."""
         if self._result is not None:  # synthetic events are added once
             return self._result
         xid79 = {e["pci"] for e in self.events if e["xid"] == 79}
@@ -632,6 +723,8 @@ class XidScanner:
         self._result = {
             "events": events,
             "lost_gpus": lost_gpus,
+            "init_failures": [{k: v for k, v in e.items() if not k.startswith("_")}
+                              for e in sorted(self.init_failures, key=lambda e: e["_seq"])],
             "gpu_ids": {pci: dict(v) for pci, v in sorted(self.gpu_ids.items())},
             "summary": {
                 "events": sum(self.counts_by_code.values()),
@@ -645,6 +738,7 @@ class XidScanner:
                 "bytes_read": self.bytes_read,
                 "skipped_before_since": self.skipped_before_since,
                 "events_dropped": self.dropped,
+                "init_failures": len(self.init_failures),
             },
             "highest_severity": highest,
             "unparsed": {

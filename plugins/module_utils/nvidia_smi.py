@@ -8,10 +8,21 @@
   parse_help_query_gpu(text)         --help-query-gpu (the field names this driver accepts)
   parse_tool_messages(text)          error lines nvidia-smi prints instead of (or among) data rows
 
-Traps handled (reference/signals.md section 2): six spellings of "no value" (all become None, never a string), names
+Traps handled (nvidia-smi(1) and public bug reports): six spellings of "no value" (all become None, never a string), names
 with commas (the CSV is not quoted), a rejected field name aborting the whole query, a lost GPU printing an error line
 among the other GPUs' rows, "Clocks Throttle Reasons" (old drivers) vs "Clocks Event Reasons", "Remapped Rows : N/A"
 on consumer cards.
+
+A lost GPU is named in several wordings (issue reports of NVIDIA drivers 2015-2026), all read as {kind: lost, pci, index}:
+  Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover this GPU
+  Unable to determine the device handle for GPU0000:4F:00.0: Unknown Error         (no space)
+  Unable to determine the device handle for GPU0: 0000:01:00.0: Unknown Error      (index, then bus id)
+  Unable to determine the device handle for gpu 0000:23:00.0: Unknown Error        (lowercase, nvidia-smi -L)
+  Unable to determine the device handle for GPU3: Unknown Error                    (index only)
+  ... insufficiently powered. / This may be because ... / attached, or ...        (the reason over three lines)
+  ... for gpu 0000:01:00.0: / GPU is lost. Reboot ...                              (the reason on the next line)
+A row of --query-gpu output is a GPU only when it has the requested number of cells, a valid index and a valid PCI bus
+id; anything else (a wrapper printing junk with exit 0, a row cut short) is an unparsable_output problem, never a GPU.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -128,7 +139,11 @@ FIELD_KINDS = {
     "pid": _INT,
     "used_gpu_memory": _INT,
     "used_memory": _INT,
+    "pci.baseclass": _BITMASK,  # "PCI Base Classcode, in hex" (0x3: display controller)
+    "pci.subclass": _BITMASK,
+    "ecc.errors.uncorrected.aggregate.sram.thresholdexceeded": _BOOL,
 }
+_FIELD_KINDS_LOWER = dict((name.lower(), kind) for name, kind in FIELD_KINDS.items())
 # Free-text columns: the only ones that may contain ", " (the CSV is not quoted), so extra cells are merged back here.
 FREE_TEXT_FIELDS = ("name", "process_name")
 
@@ -138,7 +153,14 @@ _NUMBER_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)")
 _UNIT_SUFFIX_RE = re.compile(r"\s*\[[^\]]*\]\s*$")  # "memory.used [MiB]" in a csv header
 
 _REJECTED_FIELD_RE = re.compile(r'Field "([^"]*)" is not a valid field to query')
-_DEVICE_HANDLE_RE = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+(?:\.[0-7])?)\s*:?\s*(.*)")
+_BUS_ID = r"(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
+# The bus id is tried before the index so that "GPU0000:4F:00.0" is a bus id, not GPU 0 (alternation order matters).
+_DEVICE_HANDLE_RE = re.compile(
+    r"Unable to (?:determine|detect) the device handle for GPU\s*"
+    r"(?:(?P<pci>" + _BUS_ID + r")|(?P<index>\d+)(?:\s*:\s*(?P<pci2>" + _BUS_ID + r"))?)"
+    r"\s*:?\s*(?P<reason>.*)$",
+    re.I,
+)
 _PCI_IN_TEXT_RE = re.compile(r"\b((?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\b")
 _TOOL_ERROR_PREFIXES = (
     "nvidia-smi has failed",
@@ -163,10 +185,28 @@ def _note_unparsed(unparsed, line):
         unparsed["samples"].append(line[:300])
 
 
-def _problem(kind, message, line, pci=None, **extra):
-    item = {"kind": kind, "message": message, "line": line[:500], "pci": pci}
+def _problem(kind, message, line, pci=None, index=None, **extra):
+    item = {"kind": kind, "message": message, "line": line[:500], "pci": pci, "index": index}
     item.update(extra)
     return item
+
+
+MAX_UNPARSABLE = MAX_SAMPLES  # unparsable_output problems named one by one; the rest are counted in one more
+
+
+def _unparsable(problems, tool, line, why):
+    """An unparsable_output problem for one line, bounded so that a flood of junk stays a handful of problems."""
+    named = [p for p in problems if p["kind"] == "unparsable_output" and not p.get("more")]
+    if len(named) < MAX_UNPARSABLE:
+        problems.append(_problem("unparsable_output", "%s printed a line that is not a GPU row (%s): %s"
+                                 % (tool, why, line.strip()[:200]), line))
+        return
+    more = next((p for p in problems if p.get("more")), None)
+    if more is None:
+        more = _problem("unparsable_output", "", line, more=0)
+        problems.append(more)
+    more["more"] += 1
+    more["message"] = "%s printed %d more line(s) that are not GPU rows" % (tool, more["more"])
 
 
 def _lines(text):
@@ -271,9 +311,11 @@ def classify_message(line):
     low = stripped.lower()
     match = _DEVICE_HANDLE_RE.search(stripped)
     if match:
-        pci = normalize_pci(match.group(1))
-        kind = "lost" if ("lost" in low or "fallen off" in low) else "tool_error"
-        return _problem(kind, stripped, stripped, pci=pci)
+        # Whatever the reason (GPU is lost, Unknown Error, Not Found, insufficiently powered), NVML has no handle:
+        # nothing can be read from this GPU, so it is lost to the node; the reason says what to do about it.
+        index = match.group("index")
+        return _problem("lost", stripped, stripped, pci=normalize_pci(match.group("pci") or match.group("pci2")),
+                        index=int(index) if index is not None else None, reason=match.group("reason").strip())
     if "gpu is lost" in low or "fallen off the bus" in low:
         found = _PCI_IN_TEXT_RE.search(stripped)
         return _problem("lost", stripped, stripped, pci=normalize_pci(found.group(1)) if found else None)
@@ -282,12 +324,40 @@ def classify_message(line):
     return None
 
 
+def _continuation_lines(problem):
+    """How many following lines continue this message: nvidia-smi wraps two device-handle reasons over lines."""
+    if problem.get("reason") is None:
+        return 0
+    if problem["reason"] == "":
+        return 1  # "... for gpu 0000:01:00.0:" then "GPU is lost. Reboot the system to recover this GPU"
+    if "insufficiently powered" in problem["reason"].lower():
+        return 2  # "This may be because not all required external power cables are" / "attached, or ... properly."
+    return 0
+
+
+def _messages(lines):
+    """(line, problem or None) for each line; lines that continue a wrapped message are folded into it."""
+    last = None
+    expect = 0
+    for line in lines:
+        item = classify_message(line)
+        # The wrapped reason may itself read as a message ("GPU is lost. Reboot ..."): it still belongs to `last`.
+        continues = item is None or (item["kind"] == "lost" and item["pci"] is None and "reason" not in item)
+        if expect and continues and last is not None and line.strip():
+            last["message"] = (last["message"] + " " + line.strip()).strip()
+            last["reason"] = (last["reason"] + " " + line.strip()).strip()
+            last["line"] = (last["line"] + "\n" + line.strip())[:500]
+            expect -= 1
+            continue
+        last, expect = (item, _continuation_lines(item)) if item is not None else (None, 0)
+        yield line, item
+
+
 def parse_tool_messages(text):
     """Error lines in nvidia-smi output: {"problems": [...], "rejected_fields": [names]}. Never raises."""
     problems = []
     rejected = []
-    for line in _lines(text):
-        item = classify_message(line)
+    for _line, item in _messages(_lines(text)):
         if item is None:
             continue
         if item["kind"] == "rejected_field":
@@ -314,28 +384,37 @@ def _split_row(line, nfields, fields):
     return [p.strip() for p in parts[:i]] + [merged] + [p.strip() for p in parts[i + extra + 1:]]
 
 
+# Field names as the header prints them: NVIDIA's own spelling, camelCase for some (pci.baseClass,
+# encoder.stats.sessionCount, dramEncryption.mode.current, ecc.errors.uncorrected.aggregate.sram.thresholdExceeded).
+_HEADER_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
 def _looks_like_header(cells, fields):
     names = [field_name_from_header(c) for c in cells]
     if fields is None:
-        return all(re.match(r"^[a-z_][a-z0-9_.]*$", n or "-") for n in names) and names
-    return names == list(fields)
+        return all(_HEADER_NAME_RE.match(n or "-") for n in names) and names
+    # No two fields differ only in case, so the header names the requested fields whatever the caller's spelling.
+    return [n.lower() for n in names] == [f.lower() for f in fields]
 
 
 def _parse_csv(text, fields):
-    """Rows of an nvidia-smi csv: (fields, rows of raw cells, problems, unparsed, header_seen)."""
+    """Rows of an nvidia-smi csv: (fields, rows, problems, unparsed, header_seen), in the order printed.
+
+    rows: [(line, cells, None)] or, for a line that is neither a message, the header nor a row with the requested
+    cell count, [(line, None, why)]."""
     problems = []
     unparsed = _unparsed()
     rows = []
     header_seen = False
+    row_seen = False  # the header comes before the first row; junk before it does not hide it
     fields = list(fields) if fields else None
-    for line in _lines(text):
+    for line, message in _messages(_lines(text)):
         if not line.strip():
             continue
-        message = classify_message(line)
         if message is not None:
             problems.append(message)
             continue
-        if not header_seen and not rows:
+        if not header_seen and not row_seen:
             cells = [c.strip() for c in line.split(",")]
             header = _looks_like_header(cells, fields)
             if header:
@@ -344,12 +423,15 @@ def _parse_csv(text, fields):
                 continue
         if fields is None:
             _note_unparsed(unparsed, line)
+            rows.append((line, None, "no header line names the fields"))
             continue
         cells = _split_row(line, len(fields), fields)
         if cells is None:
             _note_unparsed(unparsed, line)
+            rows.append((line, None, "expected %d comma-separated fields, got %d" % (len(fields), len(line.split(",")))))
             continue
-        rows.append((line, cells))
+        rows.append((line, cells, None))
+        row_seen = True
     return fields or [], rows, problems, unparsed, header_seen
 
 
@@ -367,24 +449,59 @@ def parse_query_gpu(text, fields=None):
                 "problems": [_problem("parser_error", "query-gpu parser failed: %r" % (exc,), "")]}
 
 
+def field_kind(name):
+    """The value kind of a query field, whatever the spelling's case (None: a stripped string)."""
+    return _FIELD_KINDS_LOWER.get((name or "").lower())
+
+
+def _identity_columns(fields):
+    """(position of index, position of the PCI bus id) in the requested fields; None where not requested."""
+    lowered = [f.lower() for f in fields]
+    index = lowered.index("index") if "index" in lowered else None
+    pci = next((lowered.index(f) for f in ("pci.bus_id", "gpu_bus_id") if f in lowered), None)
+    return index, pci
+
+
 def _parse_query_gpu(text, fields):
     fields, rows, problems, unparsed, _header = _parse_csv(text, fields)
     rejected = [p["field"] for p in problems if p["kind"] == "rejected_field"]
     problems = [p for p in problems if p["kind"] != "rejected_field"]
+    tool = "nvidia-smi --query-gpu"
+    at_index, at_pci = _identity_columns(fields)
+    complete = [line for line, cells, _why in rows if cells is not None]
+    if complete and (at_index is None or at_pci is None):
+        problems.append(_problem("unparsable_output", "%s was asked for %s without index and pci.bus_id: its %d row(s) "
+                                 "cannot be tied to a GPU" % (tool, ",".join(fields), len(complete)), complete[0]))
+        rows = [row for row in rows if row[1] is None]
     gpus = []
-    for line, cells in rows:
+    for line, cells, why in rows:
+        if cells is None:
+            _unparsable(problems, tool, line, why)
+            continue
         values = {}
         status = {}
         for i, name in enumerate(fields):
-            values[name], status[name] = convert_value(cells[i], FIELD_KINDS.get(name))
-        pci = values.get("pci.bus_id") or values.get("gpu_bus_id")
+            values[name], status[name] = convert_value(cells[i], field_kind(name))
+        index, pci = values[fields[at_index]], values[fields[at_pci]]
+        if not isinstance(index, int) or index < 0:
+            index = None
         if "lost" in status.values():
-            problems.append(_problem("lost", "nvidia-smi reports the GPU as lost: " + line.strip(), line, pci=pci))
+            problems.append(_problem("lost", "nvidia-smi reports the GPU as lost: " + line.strip(), line, pci=pci,
+                                     index=index))
+            continue
+        if index is None:
+            _unparsable(problems, tool, line, "no valid GPU index (%r)" % cells[at_index])
+            _note_unparsed(unparsed, line)
+            continue
+        if pci is None:
+            _unparsable(problems, tool, line, "no valid PCI bus id (%r)" % cells[at_pci])
+            _note_unparsed(unparsed, line)
             continue
         for i, name in enumerate(fields):
             if status[name] == "unreadable":
-                problems.append(_problem("unreadable_field", "%s: %s" % (name, cells[i]), line, pci=pci, field=name))
-        gpus.append({"values": values, "status": status, "raw": line})
+                problems.append(_problem("unreadable_field", "%s: %s" % (name, cells[i]), line, pci=pci, index=index,
+                                         field=name))
+        gpus.append({"index": index, "pci": pci, "values": values, "status": status, "raw": line})
     return {"fields": fields, "gpus": gpus, "problems": problems, "rejected_fields": rejected, "unparsed": unparsed}
 
 
@@ -406,7 +523,9 @@ def parse_compute_apps(text, fields=COMPUTE_APPS_FIELDS):
 def _parse_compute_apps(text, fields):
     fields, rows, problems, unparsed, _header = _parse_csv(text, fields)
     processes = []
-    for line, cells in rows:
+    for line, cells, _why in rows:
+        if cells is None:
+            continue
         if line.strip().lower().startswith("no running processes"):
             continue
         cell = dict((name, cells[i]) for i, name in enumerate(fields))
@@ -465,10 +584,9 @@ def _parse_q(text):
     top = {}
     current = None
     stack = []  # (indent, section name)
-    for line in _lines(text):
+    for line, message in _messages(_lines(text)):
         if not line.strip() or line.strip().startswith("==="):
             continue
-        message = classify_message(line)
         if message is not None:
             result["problems"].append(message)
             continue

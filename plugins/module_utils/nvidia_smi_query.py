@@ -76,18 +76,19 @@ SAMPLE_SPEC = (
 TOOL_HINT = "check `dmesg` for XID 79 (GPU fallen off the bus) and reseat/recable the card or power-cycle the node"
 
 
-def gpu_problem(kind, message, pci=None):
-    """The shape of one gpufleet_gpu_problems entry."""
-    return {"kind": kind, "pci": pci, "message": message}
+def gpu_problem(kind, message, pci=None, index=None):
+    """The shape of one gpufleet_gpu_problems entry (index: the GPU's nvidia-smi index where the tool named it)."""
+    return {"kind": kind, "pci": pci, "index": index, "message": message}
 
 
 def public_problems(items):
-    """Parser problems -> {kind, pci, message}, dropping duplicates (a lost GPU is reported by several calls)."""
+    """Parser problems -> {kind, pci, index, message}, dropping duplicates (a lost GPU is reported by several calls)."""
     out = []
     seen = set()
     for item in items:
-        entry = gpu_problem(item.get("kind"), item.get("message"), item.get("pci"))
-        key = (entry["kind"], entry["pci"], entry["message"] if entry["kind"] != "lost" else None)
+        entry = gpu_problem(item.get("kind"), item.get("message"), item.get("pci"), item.get("index"))
+        key = (entry["kind"], entry["pci"], entry["index"] if entry["pci"] is None else None,
+               entry["message"] if entry["kind"] != "lost" else None)
         if key in seen:
             continue
         seen.add(key)
@@ -123,7 +124,7 @@ class QueryGpu:
             for name in candidates:
                 if name in self.rejected:
                     continue
-                if self.valid is not None and name not in self.valid:
+                if self.valid is not None and name.lower() not in self.valid:
                     continue
                 out[key] = name
                 break
@@ -143,7 +144,7 @@ class QueryGpu:
         result = self._run([self.executable, "--help-query-gpu"])
         fields = parse_help_query_gpu(result.stdout)["fields"] if result.error is None else []
         if fields:
-            self.valid = set(fields)
+            self.valid = set(f.lower() for f in fields)  # the help spells some names in camelCase
 
     def run(self):
         """Query once (re-asking after rejected fields). Returns {"gpus": [{key: value}], "rows": [raw lines],

@@ -104,12 +104,17 @@ gpus:
     - One entry per GPU seen in the output. C(status) is ok, faulty, died, not_initialised or no_work.
     - C(errors) counts calculation errors once per summary window (gpu_burn's counters are cumulative between
       summaries); C(error_frames) is the number of progress frames that showed errors.
+    - C(gflops_series) is the GPU's throughput over the run, one C([percent, gflops]) pair per progress frame (0 once
+      its worker died), thinned evenly to at most 240 points (first and last frame kept).
+    - When the output lacks the run's start (no C(Initialized device) lines), C(status) comes from the final
+      C(GPU n OK/FAULTY) lines, the C((DIED!)) markers and the error counts, and the verdict is never pass.
   returned: when gpu_burn ran
   type: list
   elements: dict
   sample:
     - {index: 0, cuda_index: 0, status: ok, errors: 0, error_frames: 0, gflops_max: 7122.0, gflops_mean: 7109.9,
-       max_temperature_c: 64, max_power_w: null, frames: 10, processed: 2670, final: OK, initialised: true}
+       max_temperature_c: 64, max_power_w: null, frames: 10, processed: 2670, final: OK, initialised: true,
+       gflops_series: [[10.0, 7100.0], [20.0, 7111.0], [30.0, 7122.0]]}
 initialised_gpus:
   description: How many GPUs gpu_burn initialised.
   returned: when gpu_burn ran
@@ -153,7 +158,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
     planned_tool,
     tool_section,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import parse_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import parse_gpu_burn, start_missing
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import parse_query_gpu
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
@@ -269,7 +274,7 @@ def main():
                    tested_gpus=parsed["tested_gpus"], last_percent=parsed["last_percent"],
                    init_failures=parsed["init_failures"], compute_failures=parsed["compute_failures"],
                    cuda_failures=parsed["cuda_failures"], aborted=parsed["aborted"], unparsed=parsed["unparsed"],
-                   problems=parsed["problems"])
+                   problems=parsed["problems"], start_missing=start_missing(parsed))
     finish(obs)
 
 

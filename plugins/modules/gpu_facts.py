@@ -110,15 +110,20 @@ ansible_facts:
       sample: 8
     gpufleet_gpu_problems:
       description:
-        - What could not be read. kind is V(lost) (GPU fell off the bus), V(unreadable_field) (a value read as
-          C([Unknown Error]) or C([Insufficient Permissions])), V(tool_error) (nvidia-smi failed, timed out or printed
-          an error), V(tool_missing) (no nvidia-smi), V(parser_error). message is the raw line where there is one.
+        - What could not be read, as {kind, pci, index, message}. kind is V(lost) (nvidia-smi has no handle for the
+          GPU, whether it fell off the bus, reads C(Unknown Error) or is insufficiently powered), V(unreadable_field) (a value read as
+          C([Unknown Error]) or C([Insufficient Permissions])), V(unparsable_output) (a line that is not a GPU row of
+          the query, with the wrong number of fields or no valid index or PCI bus id; such lines are never GPUs),
+          V(tool_error) (nvidia-smi failed, timed out or printed an error), V(tool_missing) (no nvidia-smi),
+          V(parser_error). pci (V(dddd:bb:dd)) and index are null where the tool did not name them. message is the
+          raw line where there is one.
       type: list
       elements: dict
       sample:
         - kind: lost
           pci: "0000:c1:00"
-          message: "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover this GPU"
+          index: 0
+          message: "Unable to determine the device handle for GPU0: 0000:C1:00.0: Unknown Error"
 nvidia_smi:
   description: Evidence of how the facts were read.
   returned: always

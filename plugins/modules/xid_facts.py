@@ -17,6 +17,8 @@ description:
     stack trace); XID 45 is correlated with the Xid that caused it and not counted twice.
   - A GPU that "fell off the bus" is reported in C(lost_gpus) and as an XID 79 event even when the driver printed no
     Xid line (the one-line and the three-line forms).
+  - A GPU the driver could not initialise (C(RmInitAdapter failed!)) is reported in C(init_failures). Lines that follow
+    an Xid are folded into its event only when they name no other GPU.
   - "With O(state_file), each run returns only what was logged since the previous run: no event is missed or repeated
     across journal rotation (cursor gone: falls back to the saved time), reboots (the journal's rest of the previous
     boot is read too), log-file rotation and truncation."
@@ -160,6 +162,23 @@ ansible_facts:
           type: list
           elements: str
           sample: ["0000:3b:00"]
+        init_failures:
+          description:
+            - GPUs the driver could not initialise (C(RmInitAdapter failed!), C(rm_init_adapter failed)), one entry
+              per GPU whatever the number of attempts. Never folded into an Xid event of another GPU.
+            - Keys kind (V(init_failed)), pci (dddd:bb:dd, null on drivers that print no address), minor (the
+              /dev/nvidiaN minor number, when printed), code (the driver's status triple such as V(0x26:0x56:1474)),
+              count (attempts in this read), time, uptime_s, boot_id, line (the first raw line), evidence (up to 5
+              raw lines).
+          type: list
+          elements: dict
+          sample:
+            - kind: init_failed
+              pci: "0000:3b:00"
+              minor: 1
+              code: "0x26:0x56:1474"
+              count: 2
+              line: "[ 8120.901114] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0x56:1474)"
         gpu_ids:
           description: UUID and board serial per PCI address, from the lines the driver prints after a first Xid.
           type: dict
@@ -167,7 +186,8 @@ ansible_facts:
         summary:
           description:
             - Counts of counted events by_code, by_pci and by_severity; events; correlated (XID 45 not counted
-              again); burst_lines_folded; xid_lines; lines_read or bytes_read; skipped_before_since; events_dropped.
+              again); burst_lines_folded; xid_lines; lines_read or bytes_read; skipped_before_since; events_dropped;
+              init_failures (GPUs in init_failures).
           type: dict
         highest_severity:
           description: The worst severity among counted events (info < warning < unknown < critical), or C(none).

@@ -20,6 +20,9 @@ def test_healthy_run(standin):
     assert result["tool"]["argv"] == [str(tool.path), "60"] and result["tool"]["rc"] == 0
     assert [g["status"] for g in result["gpus"]] == ["ok", "ok"]
     assert result["initialised_gpus"] == 2 and result["frames"] == 10
+    # the report draws each GPU's throughput over the run from this: one [percent, Gflop/s] point per frame
+    assert [len(g["gflops_series"]) for g in result["gpus"]] == [10, 10]
+    assert result["gpus"][0]["gflops_series"][0] == [10.0, 7100.0]
 
 
 def test_faulty_gpu_is_fail_not_failed_and_maps_indexes(standin, tmp_path):

@@ -162,9 +162,83 @@ def test_fuzz_shuffled_tool_fragments_never_raise(parts):
     judged = evaluate(parsed, expected_gpus=2)
     assert judged["verdict"] in ("pass", "warn", "fail", "error")
     if judged["verdict"] == "pass":
-        # The pass rule of signals.md section 5, whatever the tool printed.
+        # The pass rule (initialised, did work, no errors, not FAULTY), whatever the tool printed.
         assert parsed["frames"] and parsed["tested_gpus"] is not None
         for gpu in parsed["gpus"]:
             assert gpu["initialised"] and gpu["processed"] > 0 and gpu["gflops_max"] > 0
             assert gpu["errors"] == 0 and gpu["error_frames"] == 0 and not gpu["died"]
             assert gpu["final"] != "FAULTY"
+
+
+# ---------------------------------------------------------------- output without "Initialized device" lines
+
+
+def test_log_tail_statuses_come_from_summary_and_died_markers(fixture_text):
+    parsed, judged = _run(fixture_text, "tail_no_init.log", expected_gpus=3)
+    gpus = _by_index(parsed)
+    assert [gpus[i]["status"] for i in (0, 1, 2)] == ["ok", "faulty", "died"]
+    assert parsed["init_lines_seen"] is False and parsed["tested_gpus"] == 3
+    assert gpus[1]["final"] == "FAULTY" and gpus[1]["errors"] == 4
+    assert judged["verdict"] == "fail"
+    assert any("GPU 1" in r and "wrong results" in r for r in judged["reasons"])
+    assert any("GPU 2" in r and "DIED" in r for r in judged["reasons"])
+    assert not any("never initialised" in r or "expected GPUs initialised" in r for r in judged["reasons"])
+    # what the tail cannot prove is said, not assumed
+    assert any("Initialized device" in r for r in judged["reasons"])
+
+
+def test_summary_only_output_still_names_the_faulty_gpu(fixture_text):
+    parsed, judged = _run(fixture_text, "summary_only.log")
+    gpus = _by_index(parsed)
+    assert gpus[1]["status"] == "faulty" and gpus[1]["final"] == "FAULTY"
+    assert judged["verdict"] == "fail" and any("GPU 1" in r and "FAULTY" in r for r in judged["reasons"])
+
+
+def test_clean_tail_is_not_a_pass(fixture_text):
+    text = fixture_text("gpu_burn", "healthy_2gpu.log")
+    tail = text[text.index("\r40.0%"):]  # what `tail -c` of a redirected run keeps
+    parsed = parse_gpu_burn(tail)
+    assert [g["status"] for g in parsed["gpus"]] == ["ok", "ok"]
+    judged = evaluate(parsed, expected_gpus=2)
+    assert judged["verdict"] == "error" and any("Initialized device" in r for r in judged["reasons"])
+    assert evaluate(parse_gpu_burn(tail), expected_gpus=3)["verdict"] == "fail"  # a GPU missing from the output
+
+
+# ---------------------------------------------------------------- Gflop/s series for the report's chart
+
+
+def test_gflops_series_one_point_per_frame(fixture_text):
+    parsed, _judged = _run(fixture_text, "healthy_2gpu.log")
+    gpu0, gpu1 = parsed["gpus"]
+    assert gpu0["gflops_series"] == [[10.0, 7100.0], [20.0, 7111.0], [30.0, 7122.0], [40.0, 7100.0], [50.0, 7111.0],
+                                     [60.0, 7122.0], [70.0, 7100.0], [80.0, 7111.0], [90.0, 7122.0], [100.0, 7100.0]]
+    assert [p[1] for p in gpu1["gflops_series"]][:3] == [7063.0, 7074.0, 7085.0]
+
+
+def test_gflops_series_of_a_dead_worker_drops_to_zero(fixture_text):
+    parsed, _judged = _run(fixture_text, "tail_no_init.log")
+    gpus = _by_index(parsed)
+    assert gpus[2]["gflops_series"] == [[70.0, 7090.0], [80.0, 0.0], [90.0, 0.0], [100.0, 0.0]]
+    assert gpus[0]["gflops_series"][-1] == [100.0, 7100.0]
+
+
+def _long_run(frames):
+    out = []
+    for i in range(1, frames + 1):
+        out.append("\r%.1f%%  proc'd: %d (%d Gflop/s) - %d (%d Gflop/s)   errors: 0 - 0   temps: 60 C - 61 C "
+                   % (100.0 * i / frames, i, 7000 + i % 50, i, 6900 + i % 40))
+    return ("Burning for 3600 seconds.\nInitialized device 0 with 1 MB of memory (1 MB available, using 1 MB of it), "
+            "using FLOATS\nInitialized device 1 with 1 MB of memory (1 MB available, using 1 MB of it), using FLOATS\n"
+            + "".join(out) + "\nTested 2 GPUs:\n\tGPU 0: OK\n\tGPU 1: OK\n")
+
+
+def test_gflops_series_is_bounded_and_spans_the_run():
+    parsed = parse_gpu_burn(_long_run(5000))
+    for gpu in parsed["gpus"]:
+        series = gpu["gflops_series"]
+        assert 100 <= len(series) <= 240
+        assert series[0][0] == 0.0 and series[-1][0] == 100.0  # first ("0.0%": 1 of 5000) and last frame kept
+        assert [p[0] for p in series] == sorted(p[0] for p in series)
+        gaps = [b[0] - a[0] for a, b in zip(series, series[1:], strict=False)]
+        assert max(gaps) <= 2 * (100.0 / len(series)) + 1e-6  # evenly thinned, no hole
+    assert parsed["frames"] == 5000

@@ -6,6 +6,7 @@ from pathlib import Path
 from helpers.module_runner import run_module
 
 CONTRACTS = Path(__file__).resolve().parents[3] / "docs" / "contracts.md"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia_smi"
 
 
 def _contract_gpu_keys():
@@ -95,7 +96,7 @@ def test_lost_gpu_among_eight_is_a_finding(standin):
     assert facts["gpufleet_gpu_count"] == 7
     assert "0000:c1:00" not in [g["pci"] for g in facts["gpufleet_gpus"]]
     assert facts["gpufleet_gpu_problems"] == [{
-        "kind": "lost", "pci": "0000:c1:00",
+        "kind": "lost", "pci": "0000:c1:00", "index": None,
         "message": "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover this GPU",
     }]
     # the readable GPUs still got their -q values
@@ -116,7 +117,8 @@ def test_missing_nvidia_smi_is_a_problem_not_a_crash(empty_path):
     facts = result["ansible_facts"]
     assert facts["gpufleet_gpu_count"] == 0
     assert facts["gpufleet_gpu_problems"] == [
-        {"kind": "tool_missing", "pci": None, "message": "install the NVIDIA driver (nvidia-smi not found on PATH)"}]
+        {"kind": "tool_missing", "pci": None, "index": None,
+         "message": "install the NVIDIA driver (nvidia-smi not found on PATH)"}]
 
 
 def test_minimal_mode_is_one_call(standin):
@@ -144,3 +146,32 @@ def test_hung_nvidia_smi_times_out(tmp_path):
 def test_invalid_timeout_fails():
     result = run_module("gpu_facts", args={"timeout": 0})
     assert result["failed"] and "timeout" in result["msg"]
+
+
+def _junk_smi(tmp_path, fixture="csv/junk_exit0.txt"):
+    """A `nvidia-smi` that prints a fixture of junk for every call and exits 0 (a broken wrapper or stand-in)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncat '%s'\nexit 0\n" % (FIXTURES / fixture))
+    smi.chmod(0o755)
+    return smi
+
+
+def test_junk_output_with_exit_0_gives_no_gpus_and_a_problem(tmp_path):
+    result = run_module("gpu_facts", args={"executable": str(_junk_smi(tmp_path))})
+    assert not result.get("failed"), result
+    facts = result["ansible_facts"]
+    assert facts["gpufleet_gpus"] == [] and facts["gpufleet_gpu_count"] == 0
+    kinds = {p["kind"] for p in facts["gpufleet_gpu_problems"]}
+    assert kinds == {"unparsable_output"}
+    assert all("nvidia-smi --query-gpu" in p["message"] for p in facts["gpufleet_gpu_problems"])
+    assert len(result["nvidia_smi"]["calls"]) == 1  # no GPU: no compute-apps or -q call
+
+
+def test_lost_gpu_named_by_index_and_pci_reaches_the_facts(tmp_path):
+    result = run_module("gpu_facts", args={"executable": str(_junk_smi(tmp_path, "csv/noheader_lost_by_index.csv")),
+                                           "include_processes": False, "include_q": False})
+    facts = result["ansible_facts"]
+    lost = [p for p in facts["gpufleet_gpu_problems"] if p["kind"] == "lost"]
+    assert [(p["pci"], p["index"]) for p in lost] == [("0000:c1:00", 0), ("0000:c3:00", None)]
+    # the rows between them answer a 4-field query, not gpu_facts' query: not GPUs either
+    assert facts["gpufleet_gpus"] == []

@@ -1,6 +1,7 @@
 """kentino.gpufleet.gpu_sample against a stand-in nvidia-smi serving a time series, and its summary function."""
 
 import importlib
+from pathlib import Path
 
 import pytest
 from helpers.module_runner import run_module
@@ -121,3 +122,15 @@ def test_stop_file_ends_sampling_normally(standin, tmp_path):
 def test_stop_file_absent_samples_for_the_duration(standin, tmp_path):
     result, calls = _run(standin, "load", stop_file=str(tmp_path / "never"))
     assert len(result["samples"]) == 5
+
+
+def test_junk_output_stops_with_the_reason(tmp_path):
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia_smi" / "csv" / "junk_exit0.txt"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncat '%s'\nexit 0\n" % fixture)
+    smi.chmod(0o755)
+    result = run_module("gpu_sample", args=dict(FAST, executable=str(smi)))
+    assert not result.get("failed"), result
+    assert result["samples"] == [] and result["per_gpu"] == []
+    assert result["stopped_early"] is True and "not rows of the query" in result["stop_reason"]
+    assert {p["kind"] for p in result["problems"]} == {"unparsable_output"}

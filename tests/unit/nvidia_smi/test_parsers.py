@@ -1,4 +1,4 @@
-"""Parsers of nvidia-smi output against the fixture files (formats and traps of reference/signals.md section 2)."""
+"""Parsers of nvidia-smi output against the fixture files (formats and traps: tests/fixtures/nvidia_smi/README.md)."""
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import nvidia_smi as n
@@ -81,9 +81,10 @@ def test_lost_gpu_among_eight_is_a_problem_not_a_row(fixture_text):
     assert len(parsed["gpus"]) == 7
     assert "0000:c1:00" not in [g["values"]["pci.bus_id"] for g in parsed["gpus"]]
     assert parsed["problems"] == [{
-        "kind": "lost", "pci": "0000:c1:00",
+        "kind": "lost", "pci": "0000:c1:00", "index": None,
         "message": "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover this GPU",
         "line": "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. Reboot the system to recover this GPU",
+        "reason": "GPU is lost. Reboot the system to recover this GPU",
     }]
 
 
@@ -110,7 +111,8 @@ def test_driver_not_loaded_is_a_tool_error(fixture_text):
 def test_device_handle_variants(line, pci):
     problems = n.parse_tool_messages(line)["problems"]
     assert [p["pci"] for p in problems] == [pci]
-    assert problems[0]["kind"] == ("lost" if "lost" in line else "tool_error")
+    # NVML has no handle for this GPU whatever the reason ("Unknown Error" included): nothing can be read from it
+    assert problems[0]["kind"] == "lost"
 
 
 def test_old_driver_csv_with_old_names(fixture_text):
@@ -236,3 +238,123 @@ def test_help_query_gpu_lists_names_and_aliases(fixture_text):
     assert {"pcie.link.gen.current", "clocks_throttle_reasons.active", "retired_pages.single_bit_ecc.count"} <= old
     # prose lines that contain quotes are not field names
     assert "YYYY/MM/DD HH:MM:SS.msec" not in new
+
+
+# ---------------------------------------------------------------- lost-GPU wordings (index + PCI, lowercase, split lines)
+
+LOST_FORMS = [  # (kind, pci, index) per message of csv/lost_device_handle_forms.txt, in order
+    ("lost", "0000:c1:00", 0),
+    ("lost", "0000:41:00", 1),
+    ("lost", "0000:23:00", None),
+    ("lost", "0000:4f:00", None),
+    ("lost", "0000:9a:00", None),
+    ("lost", "0000:ba:00", None),
+    ("lost", "0000:07:00", None),
+    ("lost", "0000:02:00", None),
+    ("lost", "0000:01:00", None),
+    ("lost", None, 3),
+    ("lost", "0000:b1:00", None),
+    ("tool_error", None, None),
+]
+
+
+def test_every_device_handle_wording_names_the_gpu(fixture_text):
+    problems = n.parse_tool_messages(fixture_text("csv/lost_device_handle_forms.txt"))["problems"]
+    assert [(p["kind"], p["pci"], p["index"]) for p in problems] == LOST_FORMS
+
+
+def test_device_handle_message_split_over_lines_is_one_problem(fixture_text):
+    problems = n.parse_tool_messages(fixture_text("csv/lost_device_handle_forms.txt"))["problems"]
+    power = problems[7]
+    assert "insufficiently powered" in power["message"] and power["message"].endswith("not seated properly.")
+    assert "insufficiently powered" in power["reason"]
+    split = problems[8]
+    assert split["message"] == ("Unable to determine the device handle for gpu 0000:01:00.0: GPU is lost. "
+                                "Reboot the system to recover this GPU")
+    assert split["reason"].startswith("GPU is lost")
+    assert problems[0]["reason"] == "Unknown Error"
+
+
+def test_lost_gpu_by_index_among_noheader_rows(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("csv/noheader_lost_by_index.csv"), QUERY)
+    assert sorted(_by_index(parsed)) == [1, 3]
+    assert [(p["kind"], p["pci"], p["index"]) for p in parsed["problems"]] == [
+        ("lost", "0000:c1:00", 0), ("lost", "0000:c3:00", None)]
+    assert parsed["unparsed"]["count"] == 0
+
+
+# ---------------------------------------------------------------- junk: rows that are not GPUs
+
+
+def test_junk_with_exit_0_is_no_gpu_and_says_why(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("csv/junk_exit0.txt"), QUERY)
+    assert parsed["gpus"] == []
+    assert parsed["problems"] and all(p["kind"] == "unparsable_output" for p in parsed["problems"])
+    assert parsed["unparsed"]["count"] == 6
+    messages = " | ".join(p["message"] for p in parsed["problems"])
+    assert "nvidia-smi --query-gpu" in messages
+    assert "expected 4 comma-separated fields, got 1" in messages  # "hello from a broken wrapper script"
+    assert "no valid GPU index ('x')" in messages
+    assert "no valid PCI bus id ('not-a-bus-id')" in messages
+    assert "1 more" in parsed["problems"][-1]["message"]  # bounded: 5 lines named, the rest counted
+    assert len(parsed["problems"]) == 6
+
+
+def test_every_gpu_entry_has_index_and_pci(fixture_text):
+    for name, fields in (("h100/query_gpu.csv", None), ("csv/noheader_mixed_garbage.csv", QUERY),
+                         ("csv/na_spellings.csv", None), ("lost_gpu/query_gpu.csv", None)):
+        for gpu in n.parse_query_gpu(fixture_text(name), fields)["gpus"]:
+            assert isinstance(gpu["index"], int) and gpu["index"] >= 0, name
+            assert gpu["pci"] and gpu["pci"] == gpu["values"]["pci.bus_id"], name
+
+
+def test_output_cut_short_is_fewer_gpus_not_invented_ones(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("csv/truncated_rows.csv"), QUERY)
+    assert sorted(_by_index(parsed)) == [0, 1]
+    assert [p["kind"] for p in parsed["problems"]] == ["unparsable_output"]
+    assert "2, 00000000:3A:0" in parsed["problems"][0]["line"]
+
+
+def test_query_without_index_or_pci_cannot_name_gpus():
+    parsed = n.parse_query_gpu("31, 69.50\n", ["temperature.gpu", "power.draw"])
+    assert parsed["gpus"] == []
+    assert [p["kind"] for p in parsed["problems"]] == ["unparsable_output"]
+    assert "index" in parsed["problems"][0]["message"]
+
+
+def test_headerless_output_without_fields_is_a_problem():
+    parsed = n.parse_query_gpu("0, 00000000:18:00.0, 31\n")
+    assert parsed["gpus"] == [] and [p["kind"] for p in parsed["problems"]] == ["unparsable_output"]
+
+
+# ---------------------------------------------------------------- camelCase header names
+
+
+def test_camelcase_header_is_read(fixture_text):
+    parsed = n.parse_query_gpu(fixture_text("csv/camelcase_header.csv"))
+    assert parsed["unparsed"]["count"] == 0 and parsed["problems"] == []
+    assert "pci.baseClass" in parsed["fields"]
+    gpus = _by_index(parsed)
+    assert sorted(gpus) == [0, 1]
+    assert gpus[1]["pci.bus_id"] == "0000:84:00" and gpus[1]["temperature.gpu"] == 33
+    assert gpus[0]["pci.baseClass"] == 3 and gpus[0]["pci.subClass"] == 2
+    assert gpus[0]["ecc.errors.uncorrected.aggregate.sram.thresholdExceeded"] is False
+    assert gpus[1]["ecc.errors.uncorrected.aggregate.sram.thresholdExceeded"] is True
+    assert gpus[0]["dramEncryption.mode.current"] is None
+
+
+def test_header_matches_requested_fields_case_insensitively(fixture_text):
+    requested = ["index", "pci.bus_id", "pci.baseclass", "pci.subclass", "name", "encoder.stats.sessioncount",
+                 "dramencryption.mode.current", "ecc.errors.uncorrected.aggregate.sram.thresholdexceeded",
+                 "temperature.gpu", "memory.used"]
+    parsed = n.parse_query_gpu(fixture_text("csv/camelcase_header.csv"), requested)
+    assert parsed["problems"] == [] and parsed["unparsed"]["count"] == 0
+    gpus = _by_index(parsed)
+    assert sorted(gpus) == [0, 1]  # the header line is not taken for a GPU row
+    assert gpus[0]["pci.baseclass"] == 3  # values keyed by the names the caller asked for
+
+
+def test_help_query_gpu_keeps_camelcase_names():
+    text = '"pci.baseClass"\nPCI Base Classcode, in hex.\n\n"ecc.errors.uncorrected.aggregate.sram.thresholdExceeded"\nx\n'
+    assert n.parse_help_query_gpu(text)["fields"] == ["ecc.errors.uncorrected.aggregate.sram.thresholdExceeded",
+                                                      "pci.baseClass"]

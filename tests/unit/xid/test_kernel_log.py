@@ -1,4 +1,4 @@
-"""The XID parser against every variant and trap of signals.md section 1 (fixtures in tests/fixtures/kernel_log)."""
+"""The XID parser against every variant and trap of the kernel log (fixtures in tests/fixtures/kernel_log)."""
 
 import datetime
 import gzip
@@ -305,3 +305,65 @@ def test_result_is_stable_when_asked_twice():
         scanner.feed_line(line)
     assert scanner.result() == scanner.result()
     assert scanner.result()["summary"]["by_code"] == {"79": 1}
+
+
+# ---------------------------------------------------------------- follow-on lines belong to the SAME GPU only
+
+
+def test_init_failure_of_another_gpu_is_not_swallowed_by_an_xid_119():
+    res = parse("xid_119_other_gpu_init_failed.log")
+    event = res["events"][0]
+    assert res["summary"]["by_code"] == {"119": 1}
+    # Xid + 4 RPC-history lines of GPU2 + the table row after the foreign lines; not the 3b GPU's lines, not GPU5's
+    assert event["line_count"] == 6
+    assert not any("RmInitAdapter" in line or "rm_init_adapter" in line or "GPU5" in line for line in event["evidence"])
+    failures = res["init_failures"]
+    assert [(f["kind"], f["pci"], f["minor"], f["code"], f["count"]) for f in failures] == [
+        ("init_failed", "0000:3b:00", 1, "0x26:0x56:1474", 2)]
+    first = failures[0]
+    assert first["line"].endswith("NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0x56:1474)")
+    assert first["uptime_s"] == pytest.approx(8120.901114)
+    assert any("device minor number 1" in line for line in first["evidence"])
+    assert res["summary"]["init_failures"] == 1
+
+
+def test_init_failure_wordings_old_and_new():
+    res = parse("init_failed_forms.log", reference=datetime.datetime(2024, 12, 1, tzinfo=datetime.UTC))
+    got = [(f["pci"], f["minor"], f["code"], f["count"]) for f in res["init_failures"]]
+    assert got == [
+        (None, 0, "0x30:0xffff:660", 2),  # "for device bearing minor number 0", retried once
+        (None, 2, "0x30:0xffffffff:858", 1),  # "rm_init_adapter(2) failed" (oldest drivers)
+        ("0000:04:01", 3, "0x11:0x45:2525", 1),  # "GPU 0000:04:01.0: ... device minor number 3"
+    ]
+    assert res["events"] == [] and res["unparsed"]["count"] == 0
+    assert res["init_failures"][0]["time"].startswith("2024-11-24T22:40:32")
+
+
+def test_same_gpu_follow_ons_fold_and_another_gpus_do_not():
+    res = parse("xid79_same_gpu_follow_on.log")
+    event = res["events"][0]
+    assert event["xid"] == 79 and event["pci"] == "0000:05:00"
+    # Xid line + its serial-number line + 3 crash-dump lines; the 06 GPU's line is not part of the 05 GPU's event
+    assert event["line_count"] == 5
+    assert not any("0000:06:00.0" in line for line in event["evidence"])
+
+
+def test_init_failure_is_found_by_the_binary_scan_too():
+    data = (FIX / "xid_119_other_gpu_init_failed.log").read_bytes()
+    scanner = XidScanner()
+    scanner.scan_binary(io.BytesIO(data), chunk_bytes=64)
+    assert [(f["pci"], f["count"]) for f in scanner.result()["init_failures"]] == [("0000:3b:00", 2)]
+
+
+# ---------------------------------------------------------------- channel tokens
+
+
+def test_channel_id_chid_and_channel_forms():
+    res = parse("xid_channel_forms.log")
+    assert [(e["xid"], e["channel"]) for e in res["events"]] == [
+        (32, 0x1), (32, 0x18), (8, 0x28), (109, 0xA), (69, 0x10), (13, None)]  # "Subchannel 0x0" is not a channel
+
+
+def test_burst_takes_its_channel_from_a_later_line():
+    res = parse("xid_13_burst.log")
+    assert [e["channel"] for e in res["events"]] == [0x10, 0x12]  # "ChID 0010" on the burst's last line

@@ -99,6 +99,14 @@ def test_file_plain_and_gzip_give_the_same_events(tmp_path):
     assert gz["position"]["gzip"] is True and plain["position"]["gzip"] is False
 
 
+def test_gpu_that_did_not_initialise_is_in_the_facts(tmp_path):
+    facts = _facts(run_module("xid_facts", {"source": "file", "path": str(FIX / "xid_119_other_gpu_init_failed.log")}))
+    assert [(f["kind"], f["pci"], f["minor"], f["count"]) for f in facts["init_failures"]] == [
+        ("init_failed", "0000:3b:00", 1, 2)]
+    assert facts["summary"]["init_failures"] == 1
+    assert [(e["xid"], e["pci"]) for e in facts["events"]] == [(119, "0000:5e:00")]
+
+
 def test_file_incremental_no_miss_no_repeat_and_check_mode(tmp_path):
     log = tmp_path / "kern.log"
     state = tmp_path / "state" / "xid.json"
