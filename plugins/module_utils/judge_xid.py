@@ -130,6 +130,12 @@ def judge(events, lost, t, host, gpus=None):
     for entry in tracker.entries.values():
         label = gpu_label(host, entry["index"], entry["pci"])
         rail = psu_of.get(entry["index"])
+        if any("insufficiently powered" in line.lower() for line in entry["evidence"]):
+            findings.append(finding("fail", "GPU_UNDERPOWERED", "%s is insufficiently powered (nvidia-smi)" % label,
+                                    "connect or reseat the GPU's power cables (all of them, on the card and the PSU), "
+                                    "check the PSU rail, then rerun", entry["evidence"], gpu=entry["index"],
+                                    pci=entry["pci"]))
+            continue
         if rail is not None:
             action = "replace/check PSU %s first (its rail lost several GPUs at once); then retest this GPU" % rail
         else:
@@ -158,6 +164,23 @@ def judge(events, lost, t, host, gpus=None):
                                 gpu=index, pci=pci))
     timeline.sort(key=lambda e: (e["time_s"] is None, e["time_s"] or 0))
     return findings, timeline[:MAX_TIMELINE]
+
+
+def judge_init_failures(init_failures, host, gpus=None):
+    """GPU_INIT_FAILED for each GPU the driver could not initialise (RmInitAdapter failed): the GPU is on the bus but
+    unusable; usually power, the riser/PCIe link or the wrong kernel module flavour, sometimes the card."""
+    gpus = dict(gpus or {})
+    out = []
+    for item in init_failures or []:
+        pci = normalize_pci(item.get("pci")) if item.get("pci") else None
+        index = gpus.get(pci) if pci else None
+        where = gpu_label(host, index, pci) if pci else "%s GPU minor %s" % (host, item.get("minor"))
+        out.append(finding("fail", "GPU_INIT_FAILED", "%s: the driver could not initialise it (RmInitAdapter failed, "
+                           "code %s, %s attempt(s))" % (where, item.get("code"), item.get("count") or 1),
+                           "read the kernel lines before it (power cables, riser/PCIe link, open vs proprietary kernel "
+                           "module for this GPU), reseat, and RMA the card if it persists",
+                           item.get("evidence") or [item.get("line")], gpu=index, pci=pci))
+    return out
 
 
 def _rails(lost, t, host):

@@ -50,5 +50,12 @@ def apply(node, xid_reads, problem_sources):
                     gpu[key] = str(ids[key])
     findings, timeline = judge_xid.judge(_events(xid_reads), lost_entries(xid_reads, problem_sources), node.t,
                                          node.host, gpus)
+    seen, init_failures = set(), []
+    for read in xid_reads:
+        for item in read.get("init_failures") or []:
+            if (item.get("pci"), item.get("minor"), item.get("line")) not in seen:
+                seen.add((item.get("pci"), item.get("minor"), item.get("line")))
+                init_failures.append(item)
+    findings += judge_xid.judge_init_failures(init_failures, node.host, gpus)
     node.timeline = timeline
     node.judged(CHECK, findings, {"events": len(timeline)})
