@@ -13,6 +13,12 @@ __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
 
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "GPU_BUSY": ("warn or fail", "a process not in gpufleet_busy_ignore_processes runs on the GPU "
+                                 "(severity gpufleet_busy_gpu_severity)"),
+}
+
 
 def _name(process):
     return str(process.get("name") or "")

@@ -8,6 +8,12 @@ __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
 
+# code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "CHECK_ERROR": ("error", "a check's tool could not run (not found, not executable, no entrypoint) or timed out; "
+                             "the tool's own reason and the last lines it printed"),
+}
+
 
 def could_not_run(result, check, host):
     """[error finding] when the result says the tool did not start or timed out, else []."""

@@ -22,6 +22,14 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run
 
 CHECK = "dcgm_diag"
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "DCGM_NOT_RUN": ("error", "the diag could not run or verified nothing: host engine down, runtime_error, every test "
+                              "skipped, or no hardware test at the requested level"),
+    "DCGM_FAIL": ("fail", "a GPU (or the node) failed a DCGM test; exit 226/205"),
+    "DCGM_WARN": ("warn", "a GPU warned in a DCGM test (DCGM 4.x MONITOR/CONFIG severity)"),
+    "DCGM_ERROR": ("error", "a GPU's test result could not be judged"),
+}
 
 
 def _messages(item):

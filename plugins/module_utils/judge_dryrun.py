@@ -18,6 +18,14 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run
 
 CHECK = "train_dryrun"
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "DRYRUN_FAIL": ("fail", "torchrun failed, a rank reported not ok, or ranks printed no result"),
+    "DRYRUN_OOM": ("fail", "CUDA out of memory (with the neighbour process when one holds the GPU)"),
+    "DRYRUN_NCCL_TIMEOUT": ("fail", "a collective timed out (op, sequence, ranks)"),
+    "DRYRUN_CULPRIT": ("fail", "the rank that never arrived at the collective the others wait on"),
+    "DRYRUN_SLOW_RANK": ("warn", "a rank slower than gpufleet_dryrun_slow_rank_factor x its peers' median"),
+}
 OOM_REMEDIES = (
     "reduce the micro-batch size (or sequence length) per GPU",
     "enable gradient (activation) checkpointing",

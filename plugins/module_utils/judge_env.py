@@ -14,6 +14,13 @@ __metaclass__ = type
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
 
 CHECK = "training_env_facts"
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "ENV_MISSING": ("fail", "a variable of gpufleet_env_expected is unset or wrong in the training user's login shell"),
+    "ENV_SYSTEMD_MISSING": ("warn", "the login shell has it, systemd services would not"),
+    "ENV_DEPRECATED": ("warn", "NCCL_ASYNC_ERROR_HANDLING (pre-2.2 name) is set somewhere"),
+    "ENV_UNREADABLE": ("error", "the login shell could not be read, or an expected variable was not read"),
+}
 DEPRECATED = {"NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 ALIASES = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "TORCH_FR_BUFFER_SIZE"}
 ROLE = "kentino.gpufleet.training_env"

@@ -14,6 +14,17 @@ __metaclass__ = type
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
 
 CHECK = "gpu_facts"
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "GPU_FACTS_UNREADABLE": ("error", "nvidia-smi missing, failing, or printing what is not its output"),
+    "GPU_MISSING": ("fail", "fewer GPUs than gpufleet_expected_gpus (or than NVIDIA GPUs on the PCI bus), not lost"),
+    "RETIRED_PAGES_EXHAUSTED": ("fail", "retired pages >= gpufleet_retired_pages_rma (limit 64)"),
+    "RETIRED_PAGES_PENDING": ("fail", "a page retirement waits for a reset"),
+    "ROW_REMAP_FAILURE": ("fail", "a row remap failed: spare rows exhausted"),
+    "REMAPPED_ROWS_EXHAUSTED": ("fail", "uncorrectable remapped rows >= gpufleet_remapped_rows_rma (limit 512)"),
+    "ROW_REMAP_PENDING": ("fail", "a row remap waits for a reset"),
+    "ECC_UNCORRECTED": ("fail", "uncorrectable ECC errors since boot"),
+}
 # Problem kinds that mean the GPUs could not be read (a lost GPU is judged with the XIDs).
 UNREADABLE_KINDS = ("tool_missing", "tool_error", "parser_error", "unparsable_output", "driver_not_loaded")
 

@@ -16,6 +16,16 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, fmt_size
 
 CHECK = "nccl_test"
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "NCCL_FAIL": ("fail", "a `Test CUDA/NCCL failure` line, or a non-zero exit after results"),
+    "NCCL_WRONG_VALUES": ("fail", "wrong values, out-of-bounds values or bitwise mismatches: data corrupted between GPUs"),
+    "NCCL_NO_FIGURE": ("error", "no result rows, or no bus bandwidth at the largest size: nothing measured"),
+    "NCCL_BUSBW_LOW": ("fail", "busbw at the largest size below the floor (or 0): the figure, floor and its source shown"),
+    "NCCL_NO_BASELINE": ("warn", "no floor for this GPU model: set gpufleet_nccl_min_busbw_gbps"),
+    "NCCL_INCOMPLETE": ("warn", "the sweep ended before maxBytes or before the footer"),
+    "NCCL_UNVALIDATED": ("warn", "data validation was off (#wrong is N/A)"),
+}
 
 # Single-node all_reduce busbw references, GB/s, matched as a case-insensitive substring of the GPU name, longest key
 # first. Datacenter SXM figures from NVIDIA's published nccl-tests results; PCIe consumer cards depend on the

@@ -16,6 +16,14 @@ __metaclass__ = type
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
 
 CHECK = "gpu_sample"
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "THERMAL_SUSTAINED": ("fail", "seconds above gpufleet_temp_max_c >= gpufleet_temp_sustained_s (from sample times)"),
+    "THERMAL_THROTTLE": ("warn", "a thermal throttle reason in samples"),
+    "PCIE_DEGRADED": ("fail", "the best PCIe gen/width seen under load is below the GPU's maximum"),
+    "ECC_CORRECTED_RISING": ("warn", "volatile corrected ECC rose during the run"),
+    "SAMPLES_MISSING": ("error", "no sample at all: temperature and link under load were not checked"),
+}
 MAX_SERIES_POINTS = 240
 _LINE_KEYS = ("temperature_c", "utilization_gpu_pct", "power_w", "pcie_gen_current", "pcie_width_current",
               "throttle_reasons")

@@ -16,6 +16,14 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import assess_health
 
 CHECK = "checkpoint_storage"
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "STORAGE_FAIL": ("fail", "missing or read-only path, not writable, full, out of inodes, a write that failed or did "
+                             "not read back, or an NVMe that is read-only/degraded/failing; the message says which"),
+    "STORAGE_WARN": ("warn", "checkpoint overhead above gpufleet_storage_max_overhead_pct, NVMe wear, spare near its "
+                             "threshold, media errors"),
+    "STORAGE_ERROR": ("error", "statvfs failed: space and inodes unknown"),
+}
 GB = 1000 * 1000 * 1000
 READ_ONLY_ACTION = ("check `dmesg` for 'Remounting filesystem read-only', fsck the filesystem, check NVMe health "
                     "(nvme smart-log), then remount read-write or move checkpoints")

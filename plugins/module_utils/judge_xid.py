@@ -32,6 +32,21 @@ BUCKET_WORDS = {
     "WORKFLOW_NVLINK_ERR": "reset the GPU and check the NVLink/NVSwitch fabric",
 }
 
+# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "GPU_LOST": ("fail", "fell off the bus: XID 79, a lost-GPU line without an Xid, or nvidia-smi/the sampler/the burn "
+                         "saying the GPU is lost"),
+    "PSU_RAIL_LOSS": ("fail", "the GPUs of one rail of gpufleet_psu_rails lost within gpufleet_psu_loss_window_s, or "
+                              "the whole rail in the run"),
+    "GPU_GROUP_LOST": ("fail", "2+ GPUs lost within the window and no rail map"),
+    "GPU_UNDERPOWERED": ("fail", "nvidia-smi says the GPU is insufficiently powered"),
+    "GPU_INIT_FAILED": ("fail", "the driver could not initialise the GPU (RmInitAdapter failed)"),
+    "XID_RMA": ("fail", "an XID of gpufleet_rma_xids (48, 63, 64)"),
+    "ECC_LEAK": ("warn", "an XID of gpufleet_ecc_leak_xids (92)"),
+    "XID_OTHER": ("fail or warn", "any other XID whose severity (catalog, line, overrides) is critical (fail), "
+                                  "warning or unknown (warn)"),
+}
+
 
 def event_time(event):
     """Epoch seconds of an event (its ISO `time`), else None. Seconds since boot are not comparable across GPUs'

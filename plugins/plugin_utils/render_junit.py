@@ -2,14 +2,16 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """junit.xml from report.json for CI gates: one testsuite per node, one testcase per (node, check).
 
-fail findings -> <failure>, error/unreachable -> <error>, skipped checks -> <skipped>; warn findings fail the
-testcase only when the report's gate is fail_on=warn (otherwise they go to system-out). Evidence is the body.
+Findings whose severity trips the report's gate (report.GATE_VERDICTS: the same table the gate uses) -> <failure>,
+except error/unreachable -> <error>; skipped checks -> <skipped>; the rest go to system-out. Evidence is the body.
+Times: a testcase is its check's tool time, a suite the sum, the whole file the run's start to finish.
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from datetime import datetime
 
 # XML 1.0 cannot carry most control characters, even escaped: tool output sometimes has them.
 _BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -28,13 +30,23 @@ def _body(findings):
     return _clean("\n".join(parts))
 
 
+def _seconds(iso):
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
 def render(report):
-    fail_on = report["fail_on"]
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report import GATE_VERDICTS
+
+    gated = GATE_VERDICTS[report["fail_on"]]
     root = ET.Element("testsuites", name="gpufleet %s" % (report.get("playbook") or "report"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for node in report["nodes"]:
         suite = ET.SubElement(root, "testsuite", name=_clean(node["host"]), timestamp=report["finished"])
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        node_seconds = 0.0
         by_check = {}
         for f in node["findings"]:
             by_check.setdefault(f.get("check") or "node", []).append(f)
@@ -47,9 +59,12 @@ def render(report):
             case = ET.SubElement(suite, "testcase", classname=_clean("gpufleet.%s" % node["host"]), name=_clean(name))
             counts["tests"] += 1
             findings = by_check.get(name, [])
-            failing = [f for f in findings if f["severity"] == "fail" or (fail_on == "warn" and f["severity"] == "warn")]
             errors = [f for f in findings if f["severity"] in ("error", "unreachable")]
+            failing = [f for f in findings if f["severity"] in gated and f not in errors]
             check = (node.get("checks") or {}).get(name) or {}
+            seconds = (check.get("figures") or {}).get("duration_s") or 0.0
+            case.set("time", "%.3f" % seconds)
+            node_seconds += seconds
             if failing:
                 el = ET.SubElement(case, "failure", message=_clean(failing[0]["message"])[:500], type=failing[0]["code"])
                 el.text = _body(failing + errors)
@@ -67,7 +82,10 @@ def render(report):
         for key, value in counts.items():
             suite.set(key, str(value))
             totals[key] += value
+        suite.set("time", "%.3f" % node_seconds)
     for key, value in totals.items():
         root.set(key, str(value))
+    start, end = _seconds(report.get("started")), _seconds(report.get("finished"))
+    root.set("time", "%.3f" % (max(0.0, end - start) if start is not None and end is not None else 0.0))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

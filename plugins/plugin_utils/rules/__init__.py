@@ -31,6 +31,12 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.node import
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import read_result, schema_errors
 
 SEVERITY_ORDER = ("pass", "warn", "error", "fail", "unreachable")
+# Findings made here rather than by a judge: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "CONFIG_INVALID": ("error", "an inventory threshold of the wrong type (the default is used meanwhile)"),
+    "RESULT_INVALID": ("error", "a result that does not match its module's schema; the message names the key"),
+    "RULE_ERROR": ("error", "a rule crashed on this node's data (a bug: report it with report.json)"),
+}
 _RANK = {v: i for i, v in enumerate(SEVERITY_ORDER)}
 
 # Registered results: gpufleet_result_<module> -> the rules file that judges it. Order matters: the GPU table and
@@ -59,6 +65,10 @@ def _results(hv):
     return {k[len("gpufleet_result_"):]: v for k, v in hv.items() if k.startswith("gpufleet_result_")}
 
 
+def _mapping(value):
+    return value if isinstance(value, dict) else {}
+
+
 def _invalid(node, check, reason):
     node.add("error", "RESULT_INVALID", "%s: the %s result does not match its schema: %s" % (node.host, check, reason),
              "report this as a kentino.gpufleet bug with report.json (node and controller run different versions?)",
@@ -67,7 +77,7 @@ def _invalid(node, check, reason):
 
 def _facts(node, hv):
     """The gpu_facts facts (validated) and the XID reads (validated), or None/[] with an error finding."""
-    facts_in = hv.get("ansible_facts") or {}
+    facts_in = _mapping(hv.get("ansible_facts"))
     facts = {k: facts_in[k] for k in _FACT_KEYS if k in facts_in}
     if facts:
         errors = schema_errors("gpu_facts", facts)
@@ -75,7 +85,7 @@ def _facts(node, hv):
             _invalid(node, "gpu_facts", "; ".join(errors))
             facts = None
     xids = []
-    before = (hv.get("gpufleet_xid_before") or {}).get("ansible_facts", {}).get("gpufleet_xid")
+    before = _mapping(_mapping(hv.get("gpufleet_xid_before")).get("ansible_facts")).get("gpufleet_xid")
     for read in (before, facts_in.get("gpufleet_xid")):
         if read is None:
             continue

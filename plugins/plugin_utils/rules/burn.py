@@ -23,4 +23,4 @@ def apply(node, data):
     if series:
         node.series["gflops"] = series
     node.judged(MODULE, findings, {"gpus": len(data.get("gpus") or []), "frames": data.get("frames")},
-                data.get("not_run"))
+                data.get("not_run"), data)

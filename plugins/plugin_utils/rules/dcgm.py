@@ -13,4 +13,4 @@ def apply(node, data):
     pci_of = {i: g.get("pci") for i, g in node.gpus.items()}
     findings = judge_dcgm.judge(data, node.t, node.host, pci_of=pci_of)
     node.judged(MODULE, findings, {"level_requested": data.get("level_requested"), "level_run": data.get("level_run"),
-                                   "dcgm_version": data.get("dcgm_version")}, data.get("not_run"))
+                                   "dcgm_version": data.get("dcgm_version")}, data.get("not_run"), data)

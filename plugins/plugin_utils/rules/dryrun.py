@@ -12,4 +12,4 @@ MODULE = "train_dryrun"
 def apply(node, data):
     findings = judge_dryrun.judge(data, node.t, node.host)
     node.judged(MODULE, findings, {"world_size": data.get("world_size"), "step_time_s": data.get("step_time_s")},
-                data.get("not_run"))
+                data.get("not_run"), data)

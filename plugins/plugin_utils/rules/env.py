@@ -13,4 +13,4 @@ def apply(node, data):
     findings = judge_env.judge(data, node.t, node.host)
     statuses = judge_env.statuses(data, node.t["gpufleet_env_expected"])
     node.judged(MODULE, findings, {"variables_ok": sum(1 for s in statuses.values() if s == "ok")},
-                data.get("not_run"))
+                data.get("not_run"), data)

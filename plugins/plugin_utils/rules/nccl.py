@@ -12,4 +12,4 @@ MODULE = "nccl_test"
 def apply(node, data):
     names = node.gpu_names()
     findings = judge_nccl.judge(data, node.t, node.host, gpu_names=names, sources=node.sources)
-    node.judged(MODULE, findings, judge_nccl.figures(data, node.t, names, node.sources), data.get("not_run"))
+    node.judged(MODULE, findings, judge_nccl.figures(data, node.t, names, node.sources), data.get("not_run"), data)

@@ -86,9 +86,16 @@ class Node:
     def set_check(self, name, verdict, reasons=None, figures=None):
         self.checks[name] = {"verdict": verdict, "reasons": lines(reasons), "figures": dict(figures or {})}
 
-    def judged(self, name, findings, figures=None, not_run=None):
-        """Record a judged check: its findings, and its verdict from them (never from the node's own verdict)."""
+    def judged(self, name, findings, figures=None, not_run=None, data=None):
+        """Record a judged check: its findings, and its verdict from them (never from the node's own verdict).
+        data: the check's result, for the time its tool took."""
         self.add_findings(name, findings)
+        figures = dict(figures or {})
+        tool = (data or {}).get("tool") if isinstance(data, dict) else None
+        if isinstance(tool, dict) and isinstance(tool.get("duration_s"), (int, float)):
+            figures.setdefault("duration_s", tool["duration_s"])
+        elif isinstance((data or {}).get("duration_s"), (int, float)):
+            figures.setdefault("duration_s", data["duration_s"])
         verdict = worst((f["severity"] for f in findings), default="skipped" if not_run else "pass")
         reasons = [f["message"] for f in findings] or ([not_run] if not_run else [])
         self.set_check(name, verdict, reasons, figures)

@@ -7,6 +7,16 @@ from __future__ import annotations
 
 import re
 
+# Findings about the run on the node: code -> (severity, what it means). docs/rules.md is generated from these.
+CODES = {
+    "UNREACHABLE": ("unreachable", "the node dropped out: the real SSH error (does not resolve, refused, permission "
+                                   "denied, no route, connection lost) or left the play without a result"),
+    "RUN_STOPPED": ("error", "the node stopped between stages (an unexpected failure): the message names it"),
+    "STAGE_ERROR": ("error", "a task after a check's module failed; the check's own result stays judged"),
+    "CHECKS_REFUSED": ("error", "invasive checks refused: a GPU is busy and gpufleet_force is false"),
+    "RUN_INTERRUPTED": ("error", "the run was interrupted (Ctrl-C) while the node was in a stage"),
+}
+
 # What the SSH error says -> the operator's words and the fix. First match wins.
 _SSH_ERRORS = (
     (re.compile(r"Could not resolve hostname|Name or service not known|Temporary failure in name resolution", re.I),
@@ -49,6 +59,13 @@ def apply(node, hv, results, in_play_hosts):
         node.add("error", "CHECKS_REFUSED", "%s: %s" % (node.host, refused),
                  "stop the processes on the busy GPUs (or set gpufleet_force=true) and rerun", [str(refused)],
                  check="gpu_facts")
+    for failure in hv.get("gpufleet_stage_failures") or []:
+        result = results.get(failure.get("result")) if isinstance(failure, dict) else None
+        if isinstance(result, dict) and "verdict" in result:
+            # The check returned its result, then a later task of its stage failed: both are shown.
+            node.add("error", "STAGE_ERROR", "%s: %s" % (node.host, failure.get("msg")),
+                     "fix what the message names on %s, then rerun" % node.host, [failure.get("msg")],
+                     check=failure.get("result"))
     stopped = hv.get("gpufleet_result_run")
     if isinstance(stopped, dict) and stopped.get("msg"):
         # The node answered: a stage failed (an invalid value, a bug). Its earlier results stay judged.
@@ -68,7 +85,7 @@ def apply(node, hv, results, in_play_hosts):
         return True, stage
     if in_play_hosts is False or (stage is not None and stage != "done"):
         why = "left the play at stage %s without a result saying why" % (stage or "start")
-    elif stage is None and not results and hv.get("ansible_facts", {}).get("gpufleet_gpus") is None:
+    elif stage is None and not results and not isinstance(hv.get("ansible_facts"), dict):
         why = "no results at all: the host was never reached (or not part of the play)"
     else:
         return True, stage

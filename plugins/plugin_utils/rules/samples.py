@@ -29,4 +29,4 @@ def apply(node, data):
         node.series["temperature_c"] = series
         node.series["temperature_limit_c"] = node.t["gpufleet_temp_max_c"]
     node.judged(MODULE, findings, {"samples": len(data.get("samples") or []),
-                                   "stopped_early": 1 if data.get("stopped_early") else 0}, data.get("not_run"))
+                                   "stopped_early": 1 if data.get("stopped_early") else 0}, data.get("not_run"), data)

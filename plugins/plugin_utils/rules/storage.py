@@ -11,4 +11,4 @@ MODULE = "checkpoint_storage"
 
 def apply(node, data):
     findings = judge_storage.judge(data, node.t, node.host)
-    node.judged(MODULE, findings, judge_storage.figures(data), data.get("not_run"))
+    node.judged(MODULE, findings, judge_storage.figures(data), data.get("not_run"), data)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-FIXTURE = REPO / "tests" / "fixtures" / "report" / "fleet_hostvars.json"
+FIXTURE = REPO / "tests" / "fixtures" / "report" / "sim_burn_in.json"
 PLAYBOOK = """
 - name: Nodes
   hosts: nodes
@@ -47,9 +47,8 @@ PLAYBOOK = """
 
 def _write_inventory(tmp_path):
     hosts = json.loads(FIXTURE.read_text())["hosts"]
-    healthy = dict(hosts["gpu-node-01"])
-    facts = healthy.pop("ansible_facts")
-    healthy.update(facts)  # as injected fact variables: set by inventory here, the rules read both spellings
+    healthy = dict(hosts["sim-node02"])
+    healthy.pop("ansible_facts")
     for key in ("gpufleet_stage", "gpufleet_completed"):
         healthy.pop(key)
     hv_dir = tmp_path / "host_vars"

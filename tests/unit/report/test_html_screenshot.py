@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import report
 
+from helpers import sample_fleet
+
 REPO = Path(__file__).resolve().parents[3]
-FIXTURE = REPO / "tests" / "fixtures" / "report" / "fleet_hostvars.json"
 OUTPUT = REPO / "tests" / "output" / "report-sample"
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -28,8 +29,8 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/ch
 
 @pytest.fixture(scope="module")
 def sample():
-    data = json.loads(FIXTURE.read_text())
-    nodes = report.evaluate_fleet(list(data["hosts"]), data["hosts"], data["play_hosts"])
+    data = sample_fleet.hosts()
+    nodes = report.evaluate_fleet(list(data), data, sample_fleet.in_play())
     doc = report.build_report(nodes, "sample", playbook="burn_in", started="2026-11-29T09:00:00+00:00",
                               finished="2026-11-29T10:12:00+00:00")
     shutil.rmtree(OUTPUT, ignore_errors=True)

@@ -13,29 +13,30 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils import (
     report,
     rules,
 )
+from ansible_collections.kentino.gpufleet.plugins.module_utils import thresholds
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "report" / "fleet_hostvars.json"
+from helpers import sample_fleet
 
 
 @pytest.fixture(scope="module")
 def doc():
-    data = json.loads(FIXTURE.read_text())
-    nodes = report.evaluate_fleet(list(data["hosts"]), data["hosts"], data["play_hosts"])
+    data = sample_fleet.hosts()
+    nodes = report.evaluate_fleet(list(data), data, sample_fleet.in_play())
     return report.build_report(nodes, "20261129T090000Z", playbook="burn_in", started="2026-11-29T09:00:00+00:00",
                                finished="2026-11-29T10:12:00+00:00")
 
 
 @pytest.fixture(scope="module")
 def hosts():
-    return list(json.loads(FIXTURE.read_text())["hosts"])
+    return list(sample_fleet.hosts())
 
 
 # --- schema ----------------------------------------------------------------------------------------------------------
 
 def test_fixture_report_is_valid(doc):
     assert report.validation_errors(doc) == []
-    assert doc["summary"]["verdicts"] == {"pass": 2, "warn": 1, "error": 2, "fail": 6, "unreachable": 1}
-    assert doc["summary"]["gate"]["failed"] is True and "gpu-node-01" not in doc["summary"]["gate"]["nodes"]
+    assert doc["summary"]["verdicts"] == {"pass": 2, "warn": 0, "error": 2, "fail": 5, "unreachable": 1}
+    assert doc["summary"]["gate"]["failed"] is True and "sim-node01" not in doc["summary"]["gate"]["nodes"]
 
 
 def _broken(doc, path, value):
@@ -108,25 +109,28 @@ def test_junit_parses_and_has_a_case_per_node_and_check(doc, hosts):
     root = ET.fromstring(render_junit.render(doc).encode())
     suites = {s.get("name"): s for s in root.iter("testsuite")}
     assert sorted(suites) == sorted(hosts)
-    ok = suites["gpu-node-01"]
+    ok = suites["sim-node02"]
     names = {c.get("name") for c in ok.iter("testcase")}
-    assert {"gpu_burn", "dcgm_diag", "nccl_test", "checkpoint_storage", "samples", "env"} <= names
+    assert {"gpu_burn", "dcgm_diag", "nccl_test", "checkpoint_storage", "gpu_sample", "xid_facts"} <= names
     assert not list(ok.iter("failure")) and not list(ok.iter("error"))
-    psu = suites["rtx-psu-04"]
+    assert float(ok.get("time")) > 0 and all(c.get("time") is not None for c in ok.iter("testcase"))
+    psu = suites["sim-node04"]
     failures = [f for f in psu.iter("failure")]
     assert failures and any("PSU_RAIL_LOSS" in (f.text or "") and "NVRM: Xid" in (f.text or "") for f in failures)
-    down = suites["gpu-down-11"]
+    down = suites["sim-node09"]
     assert any(c.get("name") == "reachability" and c.find("error") is not None for c in down.iter("testcase"))
     assert int(root.get("tests")) == sum(int(s.get("tests")) for s in suites.values())
-    assert int(root.get("failures")) >= 6
+    assert int(root.get("failures")) >= 5 and float(root.get("time")) > 0
 
 
 def test_junit_warn_fails_only_with_fail_on_warn(doc):
-    warn_case = lambda d: [c for s in ET.fromstring(render_junit.render(d).encode()).iter("testsuite")  # noqa: E731
-                           if s.get("name") == "gpu-ecc-05" for c in s.iter("testcase") if c.find("failure") is not None]
+    def warn_case(d):
+        return [c for s in ET.fromstring(render_junit.render(d).encode()).iter("testsuite")
+                if s.get("name") == "sim-node05" for c in s.iter("testcase")
+                if c.get("name") == "gpu_sample" and c.find("failure") is not None]
+
     assert warn_case(doc) == []
-    strict = dict(doc, fail_on="warn")
-    assert warn_case(strict)
+    assert warn_case(dict(doc, fail_on="warn"))
 
 
 # --- atomic writes -----------------------------------------------------------------------------------------------------
@@ -199,10 +203,10 @@ def test_bad_run_id_and_fail_on_are_refused(doc):
 # --- inventory type errors ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,value,expected", [
-    ("gpufleet_temp_max_c", "85", "a number"),
+    ("gpufleet_temp_max_c", "85C", "a number"),
     ("gpufleet_temp_max_c", True, "a number"),
     ("gpufleet_nccl_min_busbw_gbps", "400GB/s", "a number"),
-    ("gpufleet_nccl_min_busbw_fraction", 70, "between 0 and 1"),
+    ("gpufleet_nccl_min_busbw_fraction", 70, "in (0, 1]"),
     ("gpufleet_psu_rails", {"A": "0-3"}, "a mapping of rail name to a list of GPU indices"),
     ("gpufleet_rma_xids", "48,63", "a list of integers"),
     ("gpufleet_expected_gpus", 7.5, "an integer"),
@@ -210,25 +214,25 @@ def test_bad_run_id_and_fail_on_are_refused(doc):
     ("gpufleet_nccl_reference_busbw_gbps", {"RTX 5090": "fast"}, "a mapping of GPU name to GB/s"),
 ])
 def test_inventory_type_error_names_host_variable_and_type(name, value, expected):
-    values, errors = rules.resolve_thresholds("gpu-07", {name: value})
+    values, _sources, errors = thresholds.resolve({name: value}, "gpu-07")
     assert len(errors) == 1
     assert "gpu-07" in errors[0] and name in errors[0] and expected in errors[0] and repr(value) in errors[0]
-    assert values[name] == rules.DEFAULTS[name], "a bad value keeps the default"
+    assert values[name] == thresholds.DEFAULTS[name], "a bad value keeps the default"
     node = rules.evaluate_node("gpu-07", {name: value, "gpufleet_stage": "done"})
     assert node["verdict"] == "error" and node["findings"][0]["code"] == "CONFIG_INVALID"
 
 
 def test_valid_overrides_are_used_and_sourced():
-    values, errors = rules.resolve_thresholds("gpu-07", {"gpufleet_temp_max_c": 80, "gpufleet_expected_gpus": 8,
-                                                          "gpufleet_psu_rails": {"A": [0, 1], "B": [2, 3]}})
+    values, sources, errors = thresholds.resolve({"gpufleet_temp_max_c": 80, "gpufleet_expected_gpus": "8",
+                                                  "gpufleet_psu_rails": {"A": [0, 1], "B": [2, 3]}}, "gpu-07")
     assert errors == [] and values["gpufleet_temp_max_c"] == 80.0 and values["gpufleet_expected_gpus"] == 8
-    assert values["_sources"]["gpufleet_temp_max_c"] == "inventory gpufleet_temp_max_c"
-    assert values["_sources"]["gpufleet_temp_sustained_s"] == "default"
+    assert sources["gpufleet_temp_max_c"] == "inventory gpufleet_temp_max_c"
+    assert sources["gpufleet_temp_sustained_s"] == "default"
 
 
 def test_every_threshold_is_documented():
     doc = (Path(__file__).resolve().parents[3] / "docs" / "rules.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in doc.splitlines() if line.startswith("| `gpufleet_")}
-    for name, (default, _kind, _desc) in rules.THRESHOLDS.items():
+    for name, (default, _kind, _meaning, _source) in thresholds.THRESHOLDS.items():
         assert "`%s`" % name in rows, name
         assert "`%s`" % json.dumps(default) in rows["`%s`" % name], "docs/rules.md default of %s" % name
