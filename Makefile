@@ -43,6 +43,7 @@ lint: venv
 	$(BIN)/ansible-lint --offline -q
 	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs collections/ansible_collections/kentino/gpufleet
 	$(BIN)/antsibull-changelog lint
+	$(BIN)/python hack/gen_role_readmes.py --check
 
 sanity: venv
 	$(BIN)/pytest -q tests/sanity
