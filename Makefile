@@ -37,9 +37,13 @@ $(MIN_VENV)/.installed:
 
 min-venv: $(MIN_VENV)/.installed
 
+# antsibull-docs loads the collection from its ansible_collections/ path (the repo root is not under one).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --offline -q
+	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs collections/ansible_collections/kentino/gpufleet
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/python hack/gen_role_readmes.py --check
 
 sanity: venv
 	$(BIN)/pytest -q tests/sanity

@@ -26,7 +26,7 @@ import aptrepo  # noqa: E402
 import harness  # noqa: E402
 from fleet_ansible import PlaybookRun  # noqa: E402
 
-ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "node_exporter", "training_env", "validation_tools"]
+ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools"]
 FLEET_DIR = Path(os.environ.get("GPUFLEET_ROLES_FLEET_DIR", "/var/tmp/gpufleet-roles-fleet"))
 DEBIAN_PACKAGES = ("prometheus-node-exporter",)
 MIRROR = "/var/tmp/mirror/gpufleet-prebuilt.tar.gz"
@@ -165,9 +165,9 @@ dcgm_exporter_listen_address: "127.0.0.1:9500"
 dcgm_exporter_extra_counters:
   - {{name: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, type: counter, help: NVLink bandwidth}}
 dcgm_exporter_verify_metrics: [DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, DCGM_EXP_XID_ERRORS_COUNT]
-node_exporter_listen_address: ":9200"
-node_exporter_textfile_directory: /srv/textfile
-node_exporter_textfile_mode: "0775"
+gpufleet_node_exporter_listen_address: ":9200"
+gpufleet_node_exporter_textfile_directory: /srv/textfile
+gpufleet_node_exporter_textfile_mode: "0775"
 training_env_extra_vars: {{NCCL_DEBUG: WARN}}
 training_env_vars:
   TORCH_NCCL_ASYNC_ERROR_HANDLING: "1"
