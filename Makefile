@@ -7,13 +7,18 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_INJECT_FACT_VARS := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv torch-venv min-venv test test-min lint sanity unit integration test-fleet demo bench clean
+.PHONY: system-deps venv torch-venv min-venv test test-min lint sanity unit integration test-fleet demo bench clean
 
 # CPU torch for the real torchrun/gloo dry-run tests. The 2.13.0 CPU wheel is built for Python 3.11 only.
 TORCH_VENV := .venv-torch
 # The lowest ansible-core that meta/runtime.yml claims; its unit and doc checks run there too.
 MIN_VENV := .venv-min
 MIN_ANSIBLE := ansible-core==2.17.*
+
+# The Debian packages the tests need (listed in hack/system-deps): installed as root, or the command to run is printed
+# and make stops before any test. A no-op when they are all installed.
+system-deps:
+	hack/system-deps
 
 $(BIN)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.11 found"; exit 1; }
@@ -37,9 +42,13 @@ $(MIN_VENV)/.installed:
 
 min-venv: $(MIN_VENV)/.installed
 
+# antsibull-docs loads the collection from its ansible_collections/ path (the repo root is not under one).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ansible-lint --offline -q
+	$(BIN)/antsibull-docs lint-collection-docs --plugin-docs collections/ansible_collections/kentino/gpufleet
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/python hack/gen_role_readmes.py --check
 
 sanity: venv
 	$(BIN)/pytest -q tests/sanity
@@ -56,10 +65,10 @@ integration: venv
 	$(BIN)/pytest -q tests/integration
 
 # The real test fleet (systemd-nspawn nodes over SSH): needs root, debootstrap, systemd-container, openssh-server.
-test-fleet: venv
+test-fleet: system-deps venv
 	$(BIN)/pytest -q -m fleet tests/fleet
 
-test: lint sanity unit test-min integration test-fleet
+test: system-deps lint sanity unit test-min integration test-fleet
 
 # The burn-in on the simulated 8-node fleet (inventories/sim, the default inventory in ansible.cfg). Planted faults
 # make nodes fail: that is the demo, so the gate is off here (gpufleet_fail_on=never); real runs keep it on.

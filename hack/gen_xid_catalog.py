@@ -7,8 +7,8 @@ is out of date. Usage:  hack/gen_xid_catalog.py          (rewrite)
                         hack/gen_xid_catalog.py --check  (exit 1 when the generated file differs)
 
 Default severity policy (critical / warning / info / unknown), first rule that matches wins:
-  1. Explicit codes, from the field guide and the tools' policies in signals.md:
-     - critical: 48 63 64 79 92 (field guide: page immediately), 74 95 119 120 140 (DCGM health watch FAIL),
+  1. Explicit codes, from docs/failure-modes.md (the alerts that page) and the tools' policies in docs/signals.md:
+     - critical: 48 63 64 79 92 (docs/failure-modes.md: page immediately), 74 95 119 120 140 (DCGM health watch FAIL),
        54 (aux power not connected: a power cable, the riser builds' classic), 171 172 (details of a 48),
        167 (PCIe fatal timeout), 168 (GPU memory capacity reduced), 169 (SEC2 halt, as 62).
      - warning: 13 31 32 43 94 (DCGM WARN; 13 and 31 also carry hardware causes in the legacy categories),

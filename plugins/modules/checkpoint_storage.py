@@ -11,9 +11,9 @@ DOCUMENTATION = r"""
 module: checkpoint_storage
 short_description: Prove a checkpoint directory can take the run's checkpoints, for real
 description:
-  - Checks the directory a training run will checkpoint to against the ways a checkpoint fails in the field (field
-    guide, storage write failure during checkpoint) - a full filesystem, inode exhaustion, a local NVMe gone
-    read-only past its endurance, changed permissions.
+  - Checks the directory a training run will checkpoint to against the ways a checkpoint write fails in the field
+    (docs/failure-modes.md, checkpoint storage) - a full filesystem, inode exhaustion, a local NVMe gone read-only
+    past its endurance, changed permissions.
   - Space and inodes come from C(statvfs) (C(f_bavail), C(f_favail), i.e. what a non-root trainer may use). The space must
     hold O(keep) checkpoints of O(checkpoint_size_gb) plus O(margin_pct).
   - The mount holding the path is found in C(/proc/mounts) (longest path-component prefix; a later mount hides the
@@ -24,13 +24,24 @@ description:
   - When the mount is backed by an NVMe namespace (also through device-mapper or md), its health is read with
     C(nvme smart-log -o json) or, if nvme-cli is absent, C(smartctl -j -a) - critical warnings, wear (percent used),
     available spare against its threshold, media errors, terabytes written. Without either tool this is only noted.
-  - Verdict C(fail) when the path is missing, read-only, not writable, the write test fails or does not read back
+  - Verdict RV(verdict=fail) when the path is missing, read-only, not writable, the write test fails or does not read back
     the same bytes, the checkpoints do not fit, inodes run out, or the NVMe reports read-only or degraded
-    reliability. C(warn) on wear >= O(wear_warn_pct), spare near its threshold, media errors, or overhead above
-    O(max_overhead_pct). A failing directory is C(verdict=fail) with C(failed=false) so the play carries on.
-  - In check mode nothing is written; space, inodes, the mount and the NVMe health are still checked.
+    reliability. RV(verdict=warn) on wear >= O(wear_warn_pct), spare near its threshold, media errors, or overhead
+    above O(max_overhead_pct). A failing directory is RV(verdict=fail) without failing the task, so the play carries
+    on.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode the write test is not run; space, inodes, the mount and the NVMe health are still checked.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
 options:
   path:
     description: The checkpoint directory (it must exist; the kentino.gpufleet.training_env role creates it).
@@ -64,11 +75,11 @@ options:
     type: int
     default: 10000
   max_overhead_pct:
-    description: Checkpoint time as a percentage of O(interval_min) above which the verdict is C(warn).
+    description: Checkpoint time as a percentage of O(interval_min) above which the verdict is RV(verdict=warn).
     type: float
     default: 5
   wear_warn_pct:
-    description: NVMe percentage used (rated endurance consumed) at or above which the verdict is C(warn).
+    description: NVMe percentage used (rated endurance consumed) at or above which the verdict is RV(verdict=warn).
     type: int
     default: 80
   mounts_file:
@@ -78,10 +89,10 @@ options:
     type: path
     default: /proc/mounts
   nvme_executable:
-    description: Path or name of nvme-cli's C(nvme). Default C(nvme) on PATH.
+    description: Path or name of nvme-cli's C(nvme). Default C(nvme) on E(PATH).
     type: path
   smartctl_executable:
-    description: Path or name of C(smartctl), used when nvme-cli is absent. Default C(smartctl) on PATH.
+    description: Path or name of C(smartctl), used when nvme-cli is absent. Default C(smartctl) on E(PATH).
     type: path
   timeout:
     description: Seconds for each health tool run and for the whole write test (a hung NFS mount fails the check).

@@ -15,19 +15,29 @@ description:
     reads the JSON of DCGM 4.x, DCGM 3.x and C(--iterations) runs, and returns the tests with per-GPU results.
   - DCGM 4.x writes a warning as C(Fail); the warnings' C(error_severity) decides (monitor/config = warn).
   - A diag that could not run (host engine down, C(runtime_error), every test skipped, or a level 2+ run whose
-    hardware tests were all skipped) is O(verdict=error), never a pass.
-  - A failing GPU is O(verdict=fail) with C(failed=false). In check mode the diag is not run (O(verdict=skipped)).
+    hardware tests were all skipped) is RV(verdict=error), never a pass.
+  - A failing GPU is RV(verdict=fail) without failing the task. In check mode the diag is not run
+    (RV(verdict=skipped)).
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.check_common
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode dcgmi is not run (nor nvidia-smi for O(level=auto)); the result is RV(verdict=skipped).
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
 options:
-  executable:
-    description: Path or name of dcgmi. Default C(dcgmi) on PATH or in C(/opt/gpufleet/bin).
-    type: path
   level:
     description:
-      - Diagnostic level (C(-r)). 1 takes seconds (software), 2 about 2 minutes (+PCIe, memory), 3 about 15 minutes
-        (+stress, power, bandwidth), 4 one to two hours (+memtest, pulse test).
-      - C(auto) runs level 1 when any GPU is a GeForce, Quadro, Titan or RTX workstation card (DCGM supports only
+      - Diagnostic level (C(-r)). V(1) takes seconds (software), V(2) about 2 minutes (+PCIe, memory), V(3) about
+        15 minutes (+stress, power, bandwidth), V(4) one to two hours (+memtest, pulse test).
+      - V(auto) runs level 1 when any GPU is a GeForce, Quadro, Titan or RTX workstation card (DCGM supports only
         level 1 there), else level 3. GPU names come from O(gpu_names) or one C(nvidia-smi --query-gpu=name) call.
     type: str
     choices: ["1", "2", "3", "4", "auto"]
@@ -40,13 +50,15 @@ options:
     description: Indexes of the GPUs to test (C(-i)). Default all GPUs.
     type: list
     elements: int
-  timeout:
-    description: Seconds before dcgmi is killed. Default by level, 1 300, 2 900, 3 2700, 4 10800.
-    type: int
 requirements:
   - DCGM with its host engine running (C(nvidia-dcgm) service or C(nv-hostengine)).
 notes:
+  - O(executable) defaults to C(dcgmi) on E(PATH) or in C(/opt/gpufleet/bin).
+  - O(timeout) defaults by level, V(1) 300, V(2) 900, V(3) 2700, V(4) 10800 seconds.
   - Levels 2 and above load the GPUs; do not run them on nodes with live jobs.
+seealso:
+  - module: kentino.gpufleet.gpu_facts
+    description: Its C(gpufleet_gpus) fact gives the GPU names for O(gpu_names).
 """
 
 EXAMPLES = r"""
@@ -141,6 +153,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dcgm
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
     TOOL_DIRS,
@@ -188,12 +201,10 @@ def choose_level(module, params):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            executable=dict(type="path"),
+        argument_spec=check_argument_spec(
             level=dict(type="str", default="auto", choices=["1", "2", "3", "4", "auto"]),
             gpu_names=dict(type="list", elements="str"),
             gpus=dict(type="list", elements="int"),
-            timeout=dict(type="int"),
             **LEASE_OPTIONS
         ),
         supports_check_mode=True,
@@ -201,8 +212,6 @@ def main():
     params = module.params
     if params["gpus"] is not None and (not params["gpus"] or min(params["gpus"]) < 0):
         module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
-    if params["timeout"] is not None and params["timeout"] < 1:
-        module.fail_json(msg="timeout must be at least 1 second, got %s" % params["timeout"])
     lease = open_lease(module)
     host = node_name()
 
@@ -227,7 +236,7 @@ def main():
     if executable is None:
         finish(dict(tool=planned_tool(argv, error=missing_tool_reason(name, INSTALL_HINT)), **common))
 
-    timeout = params["timeout"] or DEFAULT_TIMEOUTS[level]
+    timeout = resolve_timeout(module, DEFAULT_TIMEOUTS[level])
     ran = run_tool(argv, timeout, lease=lease)
     tool, tail = tool_section(ran)
     observations = dict(tool=tool, output_tail=tail, **common)

@@ -18,22 +18,42 @@ description:
     registered C(gpufleet_result_*) results, the facts C(gpufleet_gpus), C(gpufleet_gpu_problems), C(gpufleet_xid) and
     C(gpufleet_stage) from hostvars, applies the rules (verdict per node and per GPU, evidence, the operator's action)
     and writes C(report.json) (versioned schema, validated), C(report.md), C(report.html) (one self-contained file)
-    and C(junit.xml) under O(report_dir)/O(run_id)/, then points O(report_dir)/latest at it.
+    and C(junit.xml) under O(report_dir)/O(run_id)/, then points O(report_dir)/C(latest) at it.
   - Every file is written atomically (temp file, fsync, rename) and the C(latest) link is swapped last, so an
     interrupted run leaves the previous report intact.
   - Thresholds are inventory variables of each host (per group or host), documented in docs/rules.md; a value of the
-    wrong type makes that node C(error) with a message naming the host, the variable and the expected type.
+    wrong type makes that node V(error) with a message naming the host, the variable and the expected type.
   - Fails (after writing the report) when any node's verdict is at or above O(fail_on); the message lists the nodes.
-    Nodes that could not be checked (C(error), C(unreachable)) count as C(fail) for the gate.
+    Nodes that could not be checked (V(error), V(unreachable)) count as V(fail) for the gate.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  action:
+    support: full
+    details: An action plugin; the module file only documents it.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+    details: Check mode judges and returns the summary without writing files.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+    details: Runs on the controller; it reads the nodes' results from hostvars.
 options:
   hosts:
     description:
       - Hosts to report on. Default C(ansible_play_hosts_all) of the play the task runs in; hosts that dropped out
-        of that play (not in C(ansible_play_hosts)) are reported as C(unreachable) with the stage they reached.
+        of that play (not in C(ansible_play_hosts)) are reported as V(unreachable) with the stage they reached.
       - When the report runs in a separate play (for example on localhost), pass the node list; a node that did not
-        finish (C(gpufleet_stage) is not C(done)) or has an unreachable result is reported as C(unreachable).
+        finish (C(gpufleet_stage) is not V(done)) or has an unreachable result is reported as V(unreachable).
     type: list
     elements: str
   report_dir:
@@ -48,8 +68,8 @@ options:
     type: str
   fail_on:
     description:
-      - Verdict at or above which the task fails. C(fail) also fails on C(error) and C(unreachable) nodes.
-      - Default the inventory variable C(gpufleet_fail_on), else C(fail).
+      - Verdict at or above which the task fails. V(fail) also fails on V(error) and V(unreachable) nodes.
+      - Default the inventory variable C(gpufleet_fail_on), else V(fail).
     type: str
     choices: [fail, warn, never]
   started:
@@ -60,8 +80,7 @@ options:
     type: bool
     default: true
 notes:
-  - Run it once, on the controller (C(run_once) or a play on localhost). Check mode judges and returns the summary
-    without writing files.
+  - Run it once, on the controller (C(run_once) or a play on localhost).
   - Needs Jinja2 and jsonschema on the controller (both are dependencies of the project).
 seealso:
   - name: docs/rules.md
@@ -141,7 +160,7 @@ junit_path:
   returned: when written
   type: str
 latest:
-  description: Path of the latest link, when O(latest_link) is true.
+  description: Path of the latest link, when O(latest_link=true).
   returned: when written
   type: str
 """

@@ -15,24 +15,31 @@ description:
     group, the whole group killed on timeout), parses its output and returns one finding per GPU.
   - The exit code and the final C(OK) lines are not trusted. A GPU passes only if it was initialised, did work
     (processed > 0 and Gflop/s > 0), had zero calculation errors in every progress frame and was not reported FAULTY.
-  - A failing GPU gives O(verdict=fail) with C(failed=false) so the play carries on; a missing tool, a timeout or
-    unreadable output gives O(verdict=error). In check mode gpu_burn is not run (O(verdict=skipped)).
-  - Always sets C(CUDA_DEVICE_ORDER=PCI_BUS_ID) so CUDA device numbers match nvidia-smi indexes.
+  - A failing GPU gives RV(verdict=fail) without failing the task, so the play carries on; a missing tool, a timeout
+    or unreadable output gives RV(verdict=error). In check mode gpu_burn is not run (RV(verdict=skipped)).
+  - Always sets E(CUDA_DEVICE_ORDER=PCI_BUS_ID) so CUDA device numbers match nvidia-smi indexes.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.check_common
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode gpu_burn is not run; the result is RV(verdict=skipped) with the planned command line.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
 options:
-  executable:
-    description:
-      - Path or name of gpu_burn. Default C(gpu_burn) (then C(gpu-burn)) on PATH or in C(/opt/gpufleet/bin), where
-        the kentino.gpufleet.validation_tools role installs it.
-    type: path
   duration:
     description: Seconds to burn (gpu_burn's TIME argument).
     type: int
     default: 600
   gpus:
     description:
-      - Indexes (as nvidia-smi numbers them) of the GPUs to burn; sets C(CUDA_VISIBLE_DEVICES). Default all GPUs.
+      - Indexes (as nvidia-smi numbers them) of the GPUs to burn; sets E(CUDA_VISIBLE_DEVICES). Default all GPUs.
       - Results report both the nvidia-smi C(index) and gpu_burn's own C(cuda_index).
     type: list
     elements: int
@@ -49,16 +56,22 @@ options:
     type: str
   expected_gpus:
     description:
-      - Number of GPUs that must initialise; fewer is O(verdict=fail). Default the length of O(gpus) when given.
+      - Number of GPUs that must initialise; fewer is RV(verdict=fail). Default the length of O(gpus) when given.
     type: int
-  cwd:
-    description: Directory to run in, where gpu_burn finds C(compare.ptx). Default the executable's directory.
+  chdir:
+    description:
+      - Directory to run in, where gpu_burn finds C(compare.ptx). Default the executable's directory.
+      - The alias O(cwd) is deprecated and will be removed in version 1.0.0; use O(chdir).
     type: path
-  timeout:
-    description: Seconds before gpu_burn and its workers are killed. Default O(duration) + 120.
-    type: int
+    aliases: [cwd]
 notes:
+  - O(executable) defaults to C(gpu_burn), then C(gpu-burn), on E(PATH) or in C(/opt/gpufleet/bin), where the
+    C(kentino.gpufleet.validation_tools) role installs it.
+  - O(timeout) defaults to O(duration) + 120 seconds.
   - Invasive; it saturates the GPUs for O(duration) seconds. Do not run it on nodes with live jobs.
+seealso:
+  - module: kentino.gpufleet.gpu_sample
+    description: Samples temperature, power and the PCIe link while the burn runs.
 """
 
 EXAMPLES = r"""
@@ -147,6 +160,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
     TOOL_DIRS,
@@ -199,8 +213,7 @@ def gpu_map(module, wanted):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            executable=dict(type="path"),
+        argument_spec=check_argument_spec(
             duration=dict(type="int", default=600),
             gpus=dict(type="list", elements="int"),
             doubles=dict(type="bool", default=False),
@@ -208,7 +221,6 @@ def main():
             memory=dict(type="str"),
             expected_gpus=dict(type="int"),
             chdir=dict(type="path", aliases=["cwd"]),
-            timeout=dict(type="int"),
             **LEASE_OPTIONS
         ),
         supports_check_mode=True,
@@ -221,9 +233,7 @@ def main():
                              % params["memory"])
     if params["gpus"] is not None and (not params["gpus"] or min(params["gpus"]) < 0):
         module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
-    timeout = params["timeout"] if params["timeout"] is not None else params["duration"] + 120
-    if timeout < 1:
-        module.fail_json(msg="timeout must be at least 1 second, got %s" % timeout)
+    timeout = resolve_timeout(module, params["duration"] + 120)
     lease = open_lease(module)
     host = node_name()
 

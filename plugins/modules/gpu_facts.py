@@ -18,22 +18,27 @@ description:
     names (C(pcie.link.gen.current), C(clocks_throttle_reasons.active)) or without the field.
   - Values the card does not support are null, never strings such as C([N/A]).
   - A lost GPU (C(GPU is lost), non-zero exit, possibly while the other GPUs still print) is reported in
-    C(gpufleet_gpu_problems), not as a module failure. A node without nvidia-smi returns no GPUs and a
-    C(tool_missing) problem.
-  - Read-only; runs in check mode.
+    RV(ansible_facts.gpufleet_gpu_problems), not as a module failure. A node without nvidia-smi returns no GPUs and a
+    V(tool_missing) problem.
 version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+  - kentino.gpufleet.check_common
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; check mode runs the same reads.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    support: full
+    platforms: posix
 options:
-  executable:
-    description:
-      - Path or name of the nvidia-smi binary. Default is C(nvidia-smi) found on C(PATH).
-    type: str
-  timeout:
-    description:
-      - Seconds each nvidia-smi call may run before it is killed (a lost GPU can make nvidia-smi hang).
-    type: int
-    default: 60
   include_processes:
     description:
       - Query the compute processes on each GPU (one extra nvidia-smi call).
@@ -42,12 +47,14 @@ options:
   include_q:
     description:
       - Run C(nvidia-smi -q) for the PCIe replay counter and for values of fields this driver's CSV interface rejects
-        (one extra call). When false, C(pcie_replays) is null.
+        (one extra call). When V(false), C(pcie_replays) is null.
     type: bool
     default: true
 notes:
-  - Lost GPUs are not listed in C(gpufleet_gpus) (nothing can be read from them) and are not counted in
-    C(gpufleet_gpu_count); compare the count with the expected GPUs per node.
+  - O(executable) defaults to C(nvidia-smi) on E(PATH).
+  - O(timeout) applies to each nvidia-smi call and defaults to 60 seconds (a lost GPU can make nvidia-smi hang).
+  - Lost GPUs are not listed in RV(ansible_facts.gpufleet_gpus) (nothing can be read from them) and are not counted
+    in RV(ansible_facts.gpufleet_gpu_count); compare the count with the expected GPUs per node.
 seealso:
   - module: kentino.gpufleet.gpu_sample
 """
@@ -105,7 +112,7 @@ ansible_facts:
       type: str
       sample: "570.133.20"
     gpufleet_gpu_count:
-      description: Number of readable GPUs (lost GPUs are in gpufleet_gpu_problems instead).
+      description: Number of readable GPUs (lost GPUs are in RV(ansible_facts.gpufleet_gpu_problems) instead).
       type: int
       sample: 8
     gpufleet_gpu_problems:
@@ -138,7 +145,7 @@ nvidia_smi:
       type: list
       elements: str
     unsupported_keys:
-      description: gpufleet_gpus keys the CSV interface of this driver cannot provide (filled from C(-q) when it can).
+      description: RV(ansible_facts.gpufleet_gpus) keys the CSV interface of this driver cannot provide (filled from C(-q) when it can).
       type: list
       elements: str
     unparsed:
@@ -147,6 +154,7 @@ nvidia_smi:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import (
     COMPUTE_APPS_FIELDS,
     parse_compute_apps,
@@ -232,17 +240,14 @@ def _fill_from_q(executable, timeout, gpus, calls, problems, unparsed):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            executable=dict(type="str"),
-            timeout=dict(type="int", default=60),
+        argument_spec=check_argument_spec(
             include_processes=dict(type="bool", default=True),
             include_q=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    if params["timeout"] <= 0:
-        module.fail_json(msg="timeout must be a positive number of seconds, got %s" % params["timeout"])
+    resolve_timeout(module, 60)
     executable = find_tool(module, "nvidia-smi", params["executable"])
     evidence = {"calls": [], "rejected_fields": [], "unsupported_keys": [], "unparsed": {}}
     if executable is None:

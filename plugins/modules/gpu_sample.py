@@ -18,20 +18,23 @@ description:
     O(load_threshold_pct), so an idle link at gen 1 is not mistaken for a degraded riser.
   - Stops early and returns what it has when the GPUs become unreadable (a lost GPU, nvidia-smi failing or hanging);
     the reason is in RV(stop_reason) and RV(problems).
-  - Read-only; runs in check mode. Judgement (what temperature or link is acceptable) is left to the rules layer.
+  - Judgement (what temperature or link is acceptable) is left to the rules layer.
 version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.check_common
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; check mode samples as a normal run does.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
 options:
-  executable:
-    description:
-      - Path or name of the nvidia-smi binary. Default is C(nvidia-smi) found on C(PATH).
-    type: str
-  timeout:
-    description:
-      - Seconds one nvidia-smi call may run before it is killed; a call that times out ends the sampling.
-    type: int
-    default: 30
   duration:
     description:
       - Seconds to sample for (at least one sample is always taken).
@@ -57,6 +60,9 @@ options:
       - Stop sampling (normally, not early) as soon as this file exists, and delete it. The burn-in playbook touches
         it when the burn ends, so the samples cover exactly the load window whatever the burn's real length.
     type: path
+notes:
+  - O(executable) defaults to C(nvidia-smi) on E(PATH).
+  - O(timeout) applies to each nvidia-smi call and defaults to 30 seconds; a call that times out ends the sampling.
 seealso:
   - module: kentino.gpufleet.gpu_facts
 """
@@ -106,11 +112,7 @@ samples:
         - {index: 0, pci: "0000:18:00", temperature_c: 71, power_w: 651.0, pcie_gen_current: 5,
            pcie_width_current: 16, utilization_gpu_pct: 100, throttle_reasons: [], memory_used_mib: 70001}
 per_gpu:
-  description:
-    - Summary per GPU over all samples.
-    - max_temperature_c, max_power_w; seconds_above_threshold_s (time above temperature_threshold_c, which is echoed);
-      min_pcie_gen_under_load and min_pcie_width_under_load (null when no sample reached load_threshold_pct);
-      loaded_samples; throttle_reasons_seen (sorted union, without gpu_idle); samples (how many samples read the GPU).
+  description: Summary per GPU over all samples.
   returned: always
   type: list
   elements: dict
@@ -118,8 +120,45 @@ per_gpu:
     - {index: 2, pci: "0000:3a:00", max_temperature_c: 79, seconds_above_threshold_s: 0.0, temperature_threshold_c: 85,
        min_pcie_gen_under_load: 3, min_pcie_width_under_load: 16, loaded_samples: 11,
        throttle_reasons_seen: [], samples: 12, max_power_w: 655.0}
+  contains:
+    index:
+      description: GPU index as nvidia-smi numbers it.
+      type: int
+    pci:
+      description: PCI address, lowercase V(dddd:bb:dd).
+      type: str
+    max_temperature_c:
+      description: Highest temperature seen.
+      type: int
+    max_power_w:
+      description: Highest power draw seen; null when not reported.
+      type: float
+    seconds_above_threshold_s:
+      description: Time spent above O(temperature_threshold_c).
+      type: float
+    temperature_threshold_c:
+      description: The threshold used (O(temperature_threshold_c) echoed).
+      type: int
+    min_pcie_gen_under_load:
+      description: Lowest PCIe generation in samples at or above O(load_threshold_pct); null when no sample was loaded.
+      type: int
+    min_pcie_width_under_load:
+      description: Lowest PCIe link width in samples at or above O(load_threshold_pct); null when no sample was loaded.
+      type: int
+    loaded_samples:
+      description: Samples at or above O(load_threshold_pct).
+      type: int
+    throttle_reasons_seen:
+      description: Sorted union of the active throttle reasons, without V(gpu_idle).
+      type: list
+      elements: str
+    samples:
+      description: How many samples read the GPU.
+      type: int
 problems:
-  description: What could not be read, as in gpu_facts (kind lost, unreadable_field, tool_error, tool_missing; pci; raw message).
+  description:
+    - What could not be read, as in M(kentino.gpufleet.gpu_facts) (kind V(lost), V(unreadable_field),
+      V(unparsable_output), V(tool_error), V(tool_missing); pci, index; raw message).
   returned: always
   type: list
   elements: dict
@@ -150,6 +189,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_samples
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import LEASE_OPTIONS, exit_check, node_name, open_lease
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
     SAMPLE_SPEC,
@@ -192,9 +232,7 @@ def thresholds(p):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            executable=dict(type="path"),
-            timeout=dict(type="int", default=30),
+        argument_spec=check_argument_spec(
             duration=dict(type="float", default=60),
             interval=dict(type="float", default=5),
             temp_max_c=dict(type="float", default=85.0, aliases=["temperature_threshold_c"]),
@@ -207,7 +245,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    for name in ("timeout", "duration", "interval", "lease_timeout"):
+    resolve_timeout(module, 30)
+    for name in ("duration", "interval", "lease_timeout"):
         if p[name] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (name, p[name]))
     t = thresholds(p)

@@ -16,17 +16,25 @@ description:
   - Returns every result row, the peak bus bandwidth at the largest message size (the health figure; the tool's
     C(Avg bus bandwidth) includes tiny latency-bound sizes and is informational), wrong values and the GPUs used.
   - Wrong values, out-of-bounds values, C(Test CUDA/NCCL failure) lines or a non-zero exit after results are
-    O(verdict=fail); a peak below O(min_busbw_gbps) is O(verdict=fail). Without O(min_busbw_gbps) the bandwidth is
-    only reported (per-platform baselines live in the controller rules). No result rows is O(verdict=error).
-  - In check mode nothing runs (O(verdict=skipped)).
+    RV(verdict=fail); a RV(peak_busbw_gbps) below O(min_busbw_gbps) is RV(verdict=fail). Without O(min_busbw_gbps)
+    the bandwidth is only reported (per-platform baselines live in the controller rules). No result rows is
+    RV(verdict=error).
+  - In check mode nothing runs (RV(verdict=skipped)).
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.check_common
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode neither the test nor nvidia-smi is run; the result is RV(verdict=skipped).
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
 options:
-  executable:
-    description:
-      - Path or name of the nccl-tests binary. Default C(all_reduce_perf) on PATH or in C(/opt/gpufleet/bin), where
-        the kentino.gpufleet.validation_tools role installs it.
-    type: path
   min_bytes:
     description: Smallest message size (C(-b)), bytes with an optional K, M or G suffix.
     type: str
@@ -39,17 +47,22 @@ options:
     description: Multiply the size by this factor between rows (C(-f)).
     type: int
     default: 2
-  gpus:
+  gpus_per_process:
     description:
-      - GPUs per process (C(-g)).
-      - Default with O(launcher=none) all visible GPUs in one process (the count of C(CUDA_VISIBLE_DEVICES) in
-        O(env) when set, else one C(nvidia-smi --query-gpu=index) call); with O(launcher=mpirun) 1 (one rank a GPU).
+      - How many GPUs each process drives (C(-g)). A count, unlike the GPU index lists of
+        M(kentino.gpufleet.gpu_burn) and M(kentino.gpufleet.dcgm_diag); choose GPUs with E(CUDA_VISIBLE_DEVICES) in
+        O(env).
+      - Default with O(launcher=none) all visible GPUs in one process (the count of E(CUDA_VISIBLE_DEVICES) in
+        O(env) when set, else one C(nvidia-smi --query-gpu=index) call); with O(launcher=mpirun) V(1) (one rank a
+        GPU).
+      - The alias O(gpus) is deprecated and will be removed in version 1.0.0; use O(gpus_per_process).
     type: int
+    aliases: [gpus]
   iterations:
     description: Timed iterations per size (C(-n)). Default the tool's (20).
     type: int
   launcher:
-    description: C(none) runs the binary directly; C(mpirun) runs it under Open MPI's C(mpirun -np NP).
+    description: V(none) runs the binary directly; V(mpirun) runs it under Open MPI's C(mpirun -np NP).
     type: str
     choices: [none, mpirun]
     default: none
@@ -68,18 +81,17 @@ options:
     default: []
   env:
     description:
-      - Environment for the test (C(NCCL_DEBUG), C(NCCL_P2P_LEVEL), C(NCCL_TESTS_MIN_BW), C(CUDA_VISIBLE_DEVICES) ...).
+      - Environment for the test (E(NCCL_DEBUG), E(NCCL_P2P_LEVEL), E(NCCL_TESTS_MIN_BW), E(CUDA_VISIBLE_DEVICES) ...).
       - With O(launcher=mpirun) each variable is also exported to the ranks with C(-x NAME).
     type: dict
     default: {}
   min_busbw_gbps:
-    description: Minimum acceptable bus bandwidth (GB/s) at the largest size; below it the verdict is fail.
+    description: Minimum acceptable bus bandwidth (GB/s) at the largest size; below it the verdict is V(fail).
     type: float
-  timeout:
-    description: Seconds before the test (and every rank) is killed.
-    type: int
-    default: 600
 notes:
+  - O(executable) defaults to C(all_reduce_perf) on E(PATH) or in C(/opt/gpufleet/bin), where the
+    C(kentino.gpufleet.validation_tools) role installs it; C(mpirun) is looked up the same way.
+  - O(timeout) defaults to 600 seconds; on timeout every rank is killed.
   - Loads the GPUs and their links; do not run it on nodes with live jobs.
 """
 
@@ -181,6 +193,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_nccl
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
     TOOL_DIRS,
@@ -207,12 +220,12 @@ def visible_gpu_count(module, env):
         return (len(ids), None) if ids else (None, "CUDA_VISIBLE_DEVICES in env is empty: no GPU to test")
     smi = find_tool(module, "nvidia-smi", None, TOOL_DIRS)
     if smi is None:
-        return None, "cannot count the GPUs: nvidia-smi not found; pass gpus= (and np= with mpirun)"
+        return None, "cannot count the GPUs: nvidia-smi not found; pass gpus_per_process= (and np= with mpirun)"
     result = run_tool([smi, "--query-gpu=index", "--format=csv,noheader"], 60)
     lines = [line for line in result.stdout.splitlines() if line.strip().isdigit()]
     if not result.ok or not lines:
         detail = result.error or ("timed out" if result.timed_out else (result.stderr or result.stdout).strip()[:200])
-        return None, "cannot count the GPUs (nvidia-smi: %s); pass gpus= (and np= with mpirun)" % detail
+        return None, "cannot count the GPUs (nvidia-smi: %s); pass gpus_per_process= (and np= with mpirun)" % detail
     return len(lines), None
 
 
@@ -238,12 +251,11 @@ def thresholds(params):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            executable=dict(type="path"),
+        argument_spec=check_argument_spec(
             min_bytes=dict(type="str", default="8"),
             max_bytes=dict(type="str", default="1G"),
             step_factor=dict(type="int", default=2),
-            gpus=dict(type="int"),
+            gpus_per_process=dict(type="int", aliases=["gpus"]),
             iterations=dict(type="int"),
             launcher=dict(type="str", default="none", choices=["none", "mpirun"]),
             launcher_args=dict(type="list", elements="str", default=[]),
@@ -253,7 +265,6 @@ def main():
             min_busbw_gbps=dict(type="float"),
             min_busbw_fraction=dict(type="float", default=0.7),
             reference_busbw_gbps=dict(type="dict", default={}),
-            timeout=dict(type="int", default=600),
             **LEASE_OPTIONS
         ),
         supports_check_mode=True,
@@ -263,7 +274,8 @@ def main():
         if not _SIZE.match(params[key]):
             module.fail_json(msg="%s must be a byte count with an optional K/M/G suffix (e.g. 8, 128M, 1G), got %r"
                                  % (key, params[key]))
-    for key in ("step_factor", "gpus", "iterations", "np", "timeout"):
+    resolve_timeout(module, 600)
+    for key in ("step_factor", "gpus_per_process", "iterations", "np"):
         if params[key] is not None and params[key] < 1:
             module.fail_json(msg="%s must be at least 1, got %s" % (key, params[key]))
     if not 0 < params["min_busbw_fraction"] <= 1:
@@ -282,7 +294,7 @@ def main():
 
     test_binary = find_tool(module, "all_reduce_perf", params["executable"], TOOL_DIRS)
     launcher = find_tool(module, "mpirun", None, TOOL_DIRS) if mpirun else None
-    gpus, np = params["gpus"], params["np"]
+    gpus, np = params["gpus_per_process"], params["np"]
     # Until the GPUs are counted, the planned argv says so instead of guessing a number.
     planned = build_argv(params, test_binary or params["executable"] or "all_reduce_perf",
                          gpus or ("1" if mpirun else "<all visible GPUs>"), np or "<all visible GPUs>",

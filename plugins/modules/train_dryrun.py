@@ -20,13 +20,26 @@ description:
   - On failure the combined output is parsed for the PyTorch NCCL watchdog (timed-out collective, last
     enqueued/completed work per rank, the culprit rank, which is rarely the reporting one), the torchrun
     elastic summary (root cause rank, exit codes such as -6 SIGABRT), the failing rank's exception, and CUDA out
-    of memory with the field guide's remedies.
-  - A failing run is C(verdict=fail) with C(failed=false). A run that cannot start (no torchrun, no entrypoint) or
-    that exceeds O(timeout) is C(verdict=error); on timeout torchrun and every worker are killed, and any process
-    left carrying this run's marker is killed too. In check mode nothing runs (C(verdict=skipped)).
-  - Sets C(CUDA_DEVICE_ORDER=PCI_BUS_ID) (unless O(env) sets it) so local rank N uses the GPU nvidia-smi numbers N.
+    of memory with the usual remedies (RV(remedies)).
+  - A failing run is RV(verdict=fail) without failing the task. A run that cannot start (no torchrun, no
+    entrypoint) or that exceeds O(timeout) is RV(verdict=error); on timeout torchrun and every worker are killed,
+    and any process left carrying this run's marker is killed too. In check mode nothing runs
+    (RV(verdict=skipped)).
+  - Sets E(CUDA_DEVICE_ORDER=PCI_BUS_ID) (unless O(env) sets it) so local rank N uses the GPU nvidia-smi numbers N.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.check_common
+attributes:
+  check_mode:
+    support: partial
+    details: In check mode torchrun is not started; the result is RV(verdict=skipped).
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
 options:
   entrypoint:
     description:
@@ -40,16 +53,16 @@ options:
     default: []
   nproc_per_node:
     description:
-      - Processes (ranks) to start, an integer, or C(gpu) for one per GPU. C(gpu) counts the entries of
-        C(CUDA_VISIBLE_DEVICES) when set (in O(env) or the environment), else the GPUs C(nvidia-smi -L) lists.
-      - Without nvidia-smi, or when it lists none, C(gpu) means 1 (a CPU-only node runs one gloo rank). When
-        nvidia-smi exists but fails, the GPU count is unknown and the verdict is C(error).
+      - Processes (ranks) to start, an integer, or V(gpu) for one per GPU. V(gpu) counts the entries of
+        E(CUDA_VISIBLE_DEVICES) when set (in O(env) or the environment), else the GPUs C(nvidia-smi -L) lists.
+      - Without nvidia-smi, or when it lists none, V(gpu) means 1 (a CPU-only node runs one gloo rank). When
+        nvidia-smi exists but fails, the GPU count is unknown and the verdict is RV(verdict=error).
     type: str
     default: gpu
   backend:
     description:
-      - Process group backend of the shipped script; C(auto) is nccl when CUDA is available, else gloo.
-      - For your own entrypoint it is only exported as C(GPUFLEET_DRYRUN_BACKEND).
+      - Process group backend of the shipped script; V(auto) is nccl when CUDA is available, else gloo.
+      - For your own entrypoint it is only exported as E(GPUFLEET_DRYRUN_BACKEND).
     type: str
     choices: [auto, nccl, gloo]
     default: auto
@@ -58,11 +71,10 @@ options:
       - Rendezvous port on 127.0.0.1 (C(--rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT)). Default
         C(--standalone), which picks a free port, so a job already listening on 29500 is not disturbed.
     type: int
-  executable:
-    description: Path or name of C(torchrun). Default C(torchrun) on PATH. Ignored when O(python) is given.
-    type: path
   python:
-    description: Interpreter of the training environment; runs C(python -m torch.distributed.run) instead of torchrun.
+    description:
+      - Interpreter of the training environment; runs C(python -m torch.distributed.run) instead of torchrun.
+      - When set, O(executable) is ignored.
     type: path
   env:
     description: Extra environment variables for torchrun and its workers (for example C(NCCL_DEBUG=WARN)).
@@ -80,20 +92,21 @@ options:
     type: int
     default: 32
   max_restarts:
-    description: torchrun C(--max-restarts); 0 so that a failure shows up instead of being retried away.
+    description: torchrun C(--max-restarts); V(0) so that a failure shows up instead of being retried away.
     type: int
     default: 0
   slow_rank_factor:
-    description: A rank whose step time exceeds this many times the median of the ranks gives C(verdict=warn).
+    description: A rank whose step time exceeds this many times the median of the ranks gives RV(verdict=warn).
     type: float
     default: 2.0
-  timeout:
-    description: Seconds before torchrun and its workers are killed (C(verdict=error)).
-    type: int
-    default: 900
 notes:
-  - Needs PyTorch in the interpreter torchrun uses; the kentino.gpufleet.training_env role provides it.
+  - O(executable) is C(torchrun); it defaults to C(torchrun) on E(PATH). It is ignored when O(python) is given.
+  - O(timeout) defaults to 900 seconds; torchrun and every worker are then killed (RV(verdict=error)).
+  - Needs PyTorch in the interpreter torchrun uses; the C(kentino.gpufleet.training_env) role provides it.
   - Uses every local GPU for a few seconds; do not run it next to a live job.
+seealso:
+  - module: kentino.gpufleet.training_env_facts
+    description: Checks the NCCL/PyTorch variables a training job will see.
 """
 
 EXAMPLES = r"""
@@ -141,7 +154,7 @@ world_size:
   type: int
   sample: 8
 script:
-  description: C(shipped) or C(entrypoint).
+  description: V(shipped) or V(entrypoint).
   returned: always
   type: str
 entrypoint:
@@ -181,7 +194,7 @@ oom:
   type: list
   elements: dict
 remedies:
-  description: What to do about an out-of-memory failure (field guide); empty otherwise.
+  description: What to do about an out-of-memory failure (see docs/failure-modes.md); empty otherwise.
   returned: always
   type: list
   elements: str
@@ -196,7 +209,7 @@ output_tail:
   type: list
   elements: str
 notes:
-  description: How nproc_per_node was chosen and other context.
+  description: How O(nproc_per_node) was chosen and other context.
   returned: always
   type: list
   elements: str
@@ -214,6 +227,7 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dryrun
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     exit_check,
     node_name,
@@ -321,13 +335,12 @@ def _rank_results(text, unparsed):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
+        argument_spec=check_argument_spec(
             entrypoint=dict(type="path"),
             args=dict(type="list", elements="str", default=[]),
             nproc_per_node=dict(type="str", default="gpu"),
             backend=dict(type="str", choices=["auto", "nccl", "gloo"], default="auto"),
             master_port=dict(type="int"),
-            executable=dict(type="path"),
             python=dict(type="path"),
             env=dict(type="dict", default={}),
             chdir=dict(type="path"),
@@ -335,7 +348,6 @@ def main():
             batch_size=dict(type="int", default=32),
             max_restarts=dict(type="int", default=0),
             slow_rank_factor=dict(type="float", default=2.0),
-            timeout=dict(type="int", default=900),
         ),
         supports_check_mode=True,
     )
@@ -345,7 +357,8 @@ def main():
         module.fail_json(msg="nproc_per_node must be a positive integer or 'gpu', got %r" % p["nproc_per_node"])
     if p["master_port"] is not None and not 0 < p["master_port"] < 65536:
         module.fail_json(msg="master_port must be 1-65535, got %s" % p["master_port"])
-    for name in ("timeout", "batch_size"):
+    resolve_timeout(module, 900)
+    for name in ("batch_size",):
         if p[name] <= 0:
             module.fail_json(msg="%s must be > 0, got %s" % (name, p[name]))
     if p["max_restarts"] < 0 or p["model_mb"] <= 0:

@@ -11,37 +11,53 @@ DOCUMENTATION = r"""
 module: training_env_facts
 short_description: Report the PyTorch/NCCL environment a training job would really see, and judge it
 description:
-  - Reads the values of C(TORCH_NCCL_ASYNC_ERROR_HANDLING), C(TORCH_NCCL_TRACE_BUFFER_SIZE) (or its newer alias
-    C(TORCH_FR_BUFFER_SIZE)), C(TORCH_NCCL_DUMP_ON_TIMEOUT), C(TORCH_NCCL_DEBUG_INFO_TEMP_FILE),
-    C(PYTORCH_CUDA_ALLOC_CONF) and the deprecated C(NCCL_ASYNC_ERROR_HANDLING) as a fresh LOGIN shell of O(user) sees
+  - Reads the values of E(TORCH_NCCL_ASYNC_ERROR_HANDLING), E(TORCH_NCCL_TRACE_BUFFER_SIZE) (or its newer alias
+    E(TORCH_FR_BUFFER_SIZE)), E(TORCH_NCCL_DUMP_ON_TIMEOUT), E(TORCH_NCCL_DEBUG_INFO_TEMP_FILE),
+    E(PYTORCH_CUDA_ALLOC_CONF) and the deprecated E(NCCL_ASYNC_ERROR_HANDLING) as a fresh LOGIN shell of O(user) sees
     them (C(env -i ... bash -lc) for the user running the module, C(su - USER -c) for another user), and as systemd
     services see them (C(systemctl show-environment)), with C(/etc/environment) and C(/etc/environment.d) for context.
   - The module's own environment (Ansible's C(environment) keyword) is NOT what a job sees, so it is not used.
-  - O(expected) maps variable names to required values. Verdict C(fail) when a required variable is missing or wrong
-    in the login shell; C(warn) when the deprecated C(NCCL_ASYNC_ERROR_HANDLING) is set anywhere or systemd's
-    manager environment lacks a required variable; C(error) when the login shell could not be read.
-  - Facts are returned under C(ansible_facts.gpufleet_training_env) and the check result keys at the top level.
-  - Read-only; check mode runs the same reads.
+  - O(expected) maps variable names to required values. RV(verdict=fail) when a required variable is missing or
+    wrong in the login shell; RV(verdict=warn) when the deprecated E(NCCL_ASYNC_ERROR_HANDLING) is set anywhere or
+    systemd's manager environment lacks a required variable; RV(verdict=error) when the login shell could not be
+    read.
+  - Facts are returned under RV(ansible_facts) (C(gpufleet_training_env)) and the check result keys at the top
+    level.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; check mode runs the same reads.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    support: full
+    platforms: posix
 options:
   user:
     description: The user that runs training. Default the user running the module. Another user needs root (become).
     type: str
   expected:
     description:
-      - Variable name to required value. A null value means report only. Default the field guide's recommendation
-        C({TORCH_NCCL_ASYNC_ERROR_HANDLING "1", TORCH_NCCL_TRACE_BUFFER_SIZE "20000"}), the others reported only.
+      - Variable name to required value. A null value means report only. Default the recommendation of
+        docs/failure-modes.md, C({TORCH_NCCL_ASYNC_ERROR_HANDLING "1", TORCH_NCCL_TRACE_BUFFER_SIZE "20000"}), the
+        others reported only.
       - Names ending in C(_BUFFER_SIZE) pass with any integer at least the expected one. For
-        C(PYTORCH_CUDA_ALLOC_CONF) every comma-separated C(key:value) of the expected value must be present.
-      - C(TORCH_NCCL_TRACE_BUFFER_SIZE) is satisfied by C(TORCH_FR_BUFFER_SIZE) when only the alias is set.
+        E(PYTORCH_CUDA_ALLOC_CONF) every comma-separated C(key:value) of the expected value must be present.
+      - E(TORCH_NCCL_TRACE_BUFFER_SIZE) is satisfied by E(TORCH_FR_BUFFER_SIZE) when only the alias is set.
     type: dict
   check_systemd:
     description: Also read C(systemctl show-environment). Skipped (noted) where systemd is not PID 1.
     type: bool
     default: true
   systemctl_executable:
-    description: Path or name of systemctl. Default C(systemctl) on PATH.
+    description: Path or name of systemctl. Default C(systemctl) on E(PATH).
     type: path
   etc_environment:
     description: The pam_env file read for context.
@@ -78,7 +94,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 verdict:
-  description: pass, warn, fail or error.
+  description: V(pass), V(warn), V(fail) or V(error).
   returned: always
   type: str
 reasons:

@@ -15,34 +15,49 @@ description:
     format, and returns them as events enriched from NVIDIA's XID catalog (snapshot 2025-10) with a severity.
   - A burst of related lines is one event (XID 13 prints one line per SM; XID 119 is followed by an RPC history and a
     stack trace); XID 45 is correlated with the Xid that caused it and not counted twice.
-  - A GPU that "fell off the bus" is reported in C(lost_gpus) and as an XID 79 event even when the driver printed no
-    Xid line (the one-line and the three-line forms).
-  - A GPU the driver could not initialise (C(RmInitAdapter failed!)) is reported in C(init_failures). Lines that follow
-    an Xid are folded into its event only when they name no other GPU.
+  - A GPU that "fell off the bus" is reported in RV(ansible_facts.gpufleet_xid.lost_gpus) and as an XID 79 event even
+    when the driver printed no Xid line (the one-line and the three-line forms).
+  - A GPU the driver could not initialise (C(RmInitAdapter failed!)) is reported in
+    RV(ansible_facts.gpufleet_xid.init_failures). Lines that follow an Xid are folded into its event only when
+    they name no other GPU.
   - "With O(state_file), each run returns only what was logged since the previous run: no event is missed or repeated
     across journal rotation (cursor gone: falls back to the saved time), reboots (the journal's rest of the previous
     boot is read too), log-file rotation and truncation."
-  - "Default severity per code: C(critical) for 48, 63, 64, 79 and 92 (the field guide pages on these), for the DCGM
+  - "Default severity per code: V(critical) for 48, 63, 64, 79 and 92 (docs/failure-modes.md pages on these), for the DCGM
     health-watch failures 74, 95, 119, 120 and 140, for 54 (auxiliary power cable), and for every code whose NVIDIA
     immediate action takes the GPU or node out of service (RESET_GPU, RESTART_BM, RESTART_VM, CHECK_MECHANICALS,
     WORKFLOW_XID_48, WORKFLOW_NVLINK_ERR, NVLink5 144-150 when the line says Fatal)."
-  - "C(warning) for 13, 31, 32, 43 and 94 (DCGM warns; the device plugin calls them application errors, but hardware
+  - "V(warning) for 13, 31, 32, 43 and 94 (DCGM warns; the device plugin calls them application errors, but hardware
     causes are listed), for RESTART_APP codes whose legacy causes include hardware, bus, thermal or framebuffer, for
     CONTACT_SUPPORT/UPDATE_SWFW codes, NVLink5 Nonfatal lines, and a solo XID 45."
-  - "C(info) for IGNORE codes, application-only RESTART_APP codes (68 and others), and an XID 45 that follows another
+  - "V(info) for IGNORE codes, application-only RESTART_APP codes (68 and others), and an XID 45 that follows another
     Xid on the same GPU. XID 154 takes the severity of the recovery action it announces (none: info; drain P2P:
-    warning; any reset or reboot: critical). A code absent from the catalog is C(unknown), never ignored."
-  - The full per-code table and its reasoning are in hack/gen_xid_catalog.py; override any code with
-    O(severity_overrides).
+    warning; any reset or reboot: critical). A code absent from the catalog is V(unknown), never ignored."
+  - The full per-code table and its reasoning are in hack/gen_xid_catalog.py and docs/signals.md; override any code
+    with O(severity_overrides).
 version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+    details: Check mode reads the log as a normal run does; the O(state_file) is read but not written.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    support: full
+    platforms: posix
 options:
   source:
     description:
       - Where to read the kernel log.
-      - C(auto) uses journald when C(journalctl) is present and answers, else C(dmesg).
-      - C(file) reads O(path) (a saved dmesg, kern.log, messages, or their .gz; gzip is detected by its magic bytes).
+      - V(auto) uses journald when C(journalctl) is present and answers, else C(dmesg).
+      - V(file) reads O(path) (a saved dmesg, kern.log, messages, or their .gz; gzip is detected by its magic bytes).
     type: str
     choices: [auto, journal, dmesg, file]
     default: auto
@@ -69,27 +84,27 @@ options:
     default: 60
   severity_overrides:
     description:
-      - Severity per XID code, over the defaults. Keys are codes, values one of C(critical), C(warning), C(info),
-        C(unknown).
+      - Severity per XID code, over the defaults. Keys are codes, values one of V(critical), V(warning), V(info),
+        V(unknown).
     type: dict
     default: {}
   max_events:
     description:
-      - At most this many events are returned (the newest); the counts in C(summary) always cover all.
+      - At most this many events are returned (the newest); the counts in RV(ansible_facts.gpufleet_xid.summary)
+        always cover all.
     type: int
     default: 500
   journalctl_executable:
     description:
-      - Path of journalctl, when it is not on PATH.
-    type: str
+      - Path of journalctl, when it is not on E(PATH).
+    type: path
   dmesg_executable:
     description:
-      - Path of dmesg, when it is not on PATH.
-    type: str
+      - Path of dmesg, when it is not on E(PATH).
+    type: path
 notes:
   - "Reading the kernel log needs root on most systems (C(kernel.dmesg_restrict=1), the journal's system files):
     use C(become: true)."
-  - Supports check mode; the state file is read but not written.
   - With the journal, journalctl itself keeps only NVRM entries (C(--grep), systemd 237+; older versions are retried
     without it), so a long boot's kernel log stays far below the 4 MiB of tool output the module keeps.
   - dmesg lines carry only the uptime; their time is the boot time plus the uptime (approximate after a suspend).
@@ -126,7 +141,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ansible_facts:
-  description: Facts under C(gpufleet_xid).
+  description: Facts under RV(ansible_facts.gpufleet_xid).
   returned: success
   type: dict
   contains:
@@ -190,7 +205,7 @@ ansible_facts:
               init_failures (GPUs in init_failures).
           type: dict
         highest_severity:
-          description: The worst severity among counted events (info < warning < unknown < critical), or C(none).
+          description: The worst severity among counted events (info < warning < unknown < critical), or V(none).
           type: str
           sample: critical
         unparsed:
@@ -624,8 +639,8 @@ def main():
             timeout=dict(type="int", default=60),
             severity_overrides=dict(type="dict", default={}),
             max_events=dict(type="int", default=500),
-            journalctl_executable=dict(type="str"),
-            dmesg_executable=dict(type="str"),
+            journalctl_executable=dict(type="path"),
+            dmesg_executable=dict(type="path"),
         ),
         required_if=[("source", "file", ("path",))],
         supports_check_mode=True,

@@ -255,6 +255,22 @@ def add_debs(repo_dir, debs):
         shutil.copy2(deb, repo_dir / Path(deb).name)
 
 
+def _check_spec_names(names, specs):
+    missing = sorted(set(names) - set(spec_names(specs)))
+    if missing:
+        raise AptRepoError("no package spec %s under %s" % (", ".join(missing), specs))
+
+
+def add_specs(repo_dir, cache, names, specs=SPECS):
+    """Build the named specs into an existing repository and re-index it: to the nodes this is an update of the
+    vendor's repository, seen after their next `apt-get update`. Returns the added .deb file names."""
+    _check_spec_names(names, specs)
+    debs = [deb for name in sorted(names) for deb in build_spec(Path(specs) / name, cache)]
+    add_debs(repo_dir, debs)
+    index_repo(repo_dir)
+    return sorted(Path(d).name for d in debs)
+
+
 def build_repo(repo_dir, cache, base=None, specs=SPECS, sim=True, debian=(), mirror=None, only=None):
     """Fill repo_dir with the specs under `specs` (all, or the names in `only`), the simulator (when sim/ exists) and
     `debian` packages; index it. Returns {"packages": [deb file names], "sim": manifest or None}.
@@ -262,11 +278,8 @@ def build_repo(repo_dir, cache, base=None, specs=SPECS, sim=True, debian=(), mir
     repo_dir = Path(repo_dir)
     repo_dir.mkdir(parents=True, exist_ok=True)
     debs = []
-    names = spec_names(specs)
-    missing = sorted(set(only or ()) - set(names))
-    if missing:
-        raise AptRepoError("no package spec %s under %s" % (", ".join(missing), specs))
-    for name in names if only is None else sorted(only):
+    _check_spec_names(only or (), specs)
+    for name in spec_names(specs) if only is None else sorted(only):
         debs += build_spec(Path(specs) / name, cache)
     manifest = None
     if sim and (REPO / "sim").is_dir():

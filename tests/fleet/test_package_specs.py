@@ -17,9 +17,11 @@ def test_every_package_spec_builds(name):
     fields = subprocess.run(["dpkg-deb", "-f", str(debs[0]), "Package", "Version", "Architecture"],
                             capture_output=True, text=True, check=True).stdout
     info = dict(line.split(": ", 1) for line in fields.splitlines())
-    # <package>/, or <package>-<variant>/ for another version of the same package (e.g. nvidia-smi-575/).
-    assert name == info["Package"] or name.startswith(info["Package"] + "-"), \
-        "spec directory %s builds package %s: name the directory after the package" % (name, info["Package"])
+    # <package>/, or <package>@<variant>/ for another version of the same package (nvidia-smi@575/, nvidia-open@590/):
+    # a directory named nvidia-open-590/ would claim a package nvidia-open-590 that NVIDIA does not ship.
+    assert name == info["Package"] or name.startswith(info["Package"] + "@"), \
+        "spec directory %s builds package %s: name the directory after the package (or <package>@<variant>)" \
+        % (name, info["Package"])
     assert info["Version"] and info["Architecture"] in ("all", "amd64")
     listing = subprocess.run(["dpkg-deb", "-c", str(debs[0])], capture_output=True, text=True, check=True).stdout
     assert "./usr/share/doc/%s/" % info["Package"] in listing

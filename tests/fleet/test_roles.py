@@ -1,15 +1,19 @@
 """The provisioning roles for real, on test-fleet nodes (systemd, apt, SSH), with stand-in NVIDIA packages.
 
-Its own 2-node fleet (prefix gpfr), so the simulator package the other fleet tests install never meets the stand-in
+Its own 4-node fleet (prefix gpfr), so the simulator package the other fleet tests install never meets the stand-in
 nvidia-smi/dcgmi packages (dpkg would refuse the file conflict). node0 takes the playbook with the molecule scenarios'
 variables: check mode on the fresh node (no change, no failure), converge, idempotence (changed=0), then every role's
-molecule verify.yml. node1 takes the bad inputs first (nothing installed), then non-default variables.
+molecule verify.yml. node1 takes the bad inputs first (nothing installed), then non-default variables. node2 and node3
+follow NVIDIA's driver branches through a repository update that adds branches 590 and 595 (NEWER_BRANCH_SPECS):
+a node pinned to 580 stays on 580, branch 590 installs under NVIDIA's post-590 package names, branch 595 (no pinning
+package in the mirror) is refused.
 
 Run: `pytest -q -m fleet tests/fleet/test_roles.py` as root. Also usable by molecule's create/destroy playbooks:
 `python tests/fleet/test_roles.py keep --dir D` keeps a 1-node fleet up until `D/stop` appears.
 """
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -26,9 +30,13 @@ import aptrepo  # noqa: E402
 import harness  # noqa: E402
 from fleet_ansible import PlaybookRun  # noqa: E402
 
-ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "node_exporter", "training_env", "validation_tools"]
+ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools"]
 FLEET_DIR = Path(os.environ.get("GPUFLEET_ROLES_FLEET_DIR", "/var/tmp/gpufleet-roles-fleet"))
 DEBIAN_PACKAGES = ("prometheus-node-exporter",)
+# Not in the first repository: added mid-module, as an update of NVIDIA's repository (tests/fleet/packages/README.md).
+NEWER_BRANCH_SPECS = ("nvidia-open@590", "nvidia-driver-pinning-590", "nvidia-smi@590", "nvidia-persistenced@590",
+                      "nvidia-open@595", "nvidia-smi@595", "nvidia-persistenced@595")
+DRIVER_CONVERGE = REPO / "roles/nvidia_driver/molecule/default/converge.yml"
 MIRROR = "/var/tmp/mirror/gpufleet-prebuilt.tar.gz"
 
 # The molecule scenarios' variables (roles/*/molecule/default/converge.yml), for the whole playbook at once.
@@ -51,7 +59,8 @@ def build_fleet(dir, nodes, prefix, subnet):
     if fleet.state_path.exists():
         harness.Fleet.from_state(dir).down()
     shutil.rmtree(fleet.apt_dir, ignore_errors=True)
-    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, sim=False, debian=DEBIAN_PACKAGES)
+    first = [name for name in aptrepo.spec_names() if name not in NEWER_BRANCH_SPECS]
+    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, sim=False, debian=DEBIAN_PACKAGES, only=first)
     fleet.up(base=base)
     fleet.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
     return fleet
@@ -62,7 +71,7 @@ def rfleet():
     if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
         pytest.fail("the role tests need root, debootstrap, systemd-container and equivs (see tests/fleet/conftest.py)")
     started = time.monotonic()
-    fleet = build_fleet(FLEET_DIR, 2, "gpfr", "10.213.9")
+    fleet = build_fleet(FLEET_DIR, 4, "gpfr", "10.213.9")
     print("role fleet up in %.1f s" % (time.monotonic() - started))
     yield fleet
     problems = fleet.down()
@@ -137,12 +146,17 @@ def test_converge_is_idempotent_and_every_role_verifies(run, rfleet, tmp_path):
 
 def test_a_branch_missing_from_the_repository_is_refused_and_installs_nothing(run, rfleet, tmp_path):
     prepare(run, rfleet, 1)
-    r = run(REPO / "roles/nvidia_driver/molecule/default/converge.yml", "-e", '{"nvidia_driver_branch": "999"}',
-            limit=node(rfleet, 1))
-    assert r.proc.returncode != 0
-    assert "package nvidia-open-999 is not in the configured repositories" in " ".join(r.output.split())
-    assert "Available: nvidia-open-570, nvidia-open-575" in " ".join(r.output.split())
-    assert sh(rfleet, 1, "dpkg -l 'nvidia-*' 'cuda-drivers-*' 2>/dev/null | grep -c '^ii'", check=False).stdout.strip() == "0"
+    for branch, package in (("999", "nvidia-open"), ("560", "nvidia-open-560")):  # both namings
+        r = run(DRIVER_CONVERGE, "-e", '{"nvidia_driver_branch": "%s"}' % branch, limit=node(rfleet, 1))
+        assert r.proc.returncode != 0
+        out = " ".join(r.output.split())
+        assert ("driver branch %s is not in the configured repository file:/srv/gpufleet-apt/: it has no %s %s.x and no "
+                "nvidia-driver-pinning-%s." % (branch, package, branch, branch)) in out, out[-3000:]
+        # Pinning packages and metapackages of every naming: 570, 575 (metapackage only) and 580 at this point.
+        assert "Branches it offers: 570, 575, 580." in out, out[-3000:]
+    assert sh(rfleet, 1, "dpkg -l 'nvidia-*' 'cuda-drivers*' 2>/dev/null | grep -c '^ii'", check=False).stdout.strip() == "0"
+    # Refused before any pin or package: only the repository entry (needed for the lookup) was written.
+    assert sh(rfleet, 1, "ls /etc/apt/preferences.d").stdout.strip() == ""
 
 
 def test_a_download_whose_checksum_does_not_match_fails_and_installs_nothing(run, rfleet):
@@ -165,9 +179,9 @@ dcgm_exporter_listen_address: "127.0.0.1:9500"
 dcgm_exporter_extra_counters:
   - {{name: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, type: counter, help: NVLink bandwidth}}
 dcgm_exporter_verify_metrics: [DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, DCGM_EXP_XID_ERRORS_COUNT]
-node_exporter_listen_address: ":9200"
-node_exporter_textfile_directory: /srv/textfile
-node_exporter_textfile_mode: "0775"
+gpufleet_node_exporter_listen_address: ":9200"
+gpufleet_node_exporter_textfile_directory: /srv/textfile
+gpufleet_node_exporter_textfile_mode: "0775"
 training_env_extra_vars: {{NCCL_DEBUG: WARN}}
 training_env_vars:
   TORCH_NCCL_ASYNC_ERROR_HANDLING: "1"
@@ -200,7 +214,8 @@ def test_non_default_variables(run, rfleet, tmp_path):
     assert again.recap[node(rfleet, 1)]["changed"] == 0, again.output[-3000:]
 
     state = sh(rfleet, 1, "; ".join([
-        "dpkg-query -W -f='${Package}=${Version} ' cuda-drivers-570 nvidia-open-570 2>/dev/null; echo",
+        "dpkg-query -W -f='${Package}=${Version} ' cuda-drivers-570 nvidia-open-570 'nvidia-driver-pinning-*' "
+        "2>/dev/null; echo",
         "cat /run/reboot-required",
         "python3 -c \"import urllib.request as u;print(u.urlopen('http://127.0.0.1:9500/metrics').read().decode())\""
         " | grep -c '^DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{'",
@@ -212,7 +227,8 @@ def test_non_default_variables(run, rfleet, tmp_path):
         "grep -c '^NCCL_ASYNC_ERROR_HANDLING=1' /etc/environment",
         "ls /opt/gf2/bin",
     ])).stdout.split("\n")
-    assert state[0].split() == ["cuda-drivers-570=570.172.08-1"]  # proprietary flavour, exact version, no open
+    # Proprietary flavour, exact version, no open; NVIDIA's pinning package for exactly that version.
+    assert state[0].split() == ["cuda-drivers-570=570.172.08-1", "nvidia-driver-pinning-570.172.08=570.172.08-1"]
     assert "NVIDIA driver 570.172.08" in state[1]
     assert state[2] == "8"  # the extra counter, one sample per GPU
     assert state[3] == "1"
@@ -221,6 +237,84 @@ def test_non_default_variables(run, rfleet, tmp_path):
     assert state[8] == "0"  # environment target not selected: /etc/environment untouched ...
     assert state[9] == "1"  # ... and the deprecated name only flagged
     assert state[10:12] == ["compare.ptx", "gpu_burn"]
+
+
+@pytest.fixture(scope="module")
+def newer_branches(rfleet):
+    """NVIDIA's repository gains branches 590 and 595 (595 without its pinning package): the nodes see them after their
+    next apt-get update."""
+    return aptrepo.add_specs(rfleet.apt_dir, harness.DEFAULT_CACHE, NEWER_BRANCH_SPECS)
+
+
+def versions(rfleet, i, *packages):
+    """{package: "version status"} for the packages dpkg has a version of on node i (not virtual ones it merely knows,
+    such as nvidia-driver-pinning, which the pinning packages provide and conflict with)."""
+    out = sh(rfleet, i, "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' %s 2>/dev/null || true"
+             % " ".join("'%s'" % p for p in packages)).stdout
+    return {fields[0]: " ".join(fields[1:]) for fields in map(str.split, out.splitlines()) if len(fields) == 3}
+
+
+def smi(rfleet, i):
+    return sh(rfleet, i, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()
+
+
+def test_a_node_pinned_to_580_stays_there_when_the_repository_gains_newer_branches(run, rfleet, request):
+    i, extra = 2, ("-e", '{"nvidia_driver_branch": "580"}')
+    sh(rfleet, i, "apt-get update -q")
+    first = run(DRIVER_CONVERGE, *extra, limit=node(rfleet, i))
+    assert first.proc.returncode == 0, first.output[-4000:]
+    installed = versions(rfleet, i, "nvidia-open*", "nvidia-driver-pinning-*", "nvidia-smi", "nvidia-persistenced")
+    # The pre-590 names: the branch metapackage, NVIDIA's pinning package installed first, both held.
+    assert installed == {"nvidia-open-580": "580.105.08-1 hi", "nvidia-driver-pinning-580": "580-1 hi",
+                         "nvidia-smi": "580.105.08-1 ii", "nvidia-persistenced": "580.105.08-1 ii"}, installed
+    assert smi(rfleet, i) == ["580.105.08", "580.105.08"]
+
+    request.getfixturevalue("newer_branches")
+    sh(rfleet, i, "apt-get update -q")
+    assert "595.71.05-1" in sh(rfleet, i, "apt-cache madison nvidia-smi").stdout  # apt does see the newer branches
+    again = run(DRIVER_CONVERGE, *extra, limit=node(rfleet, i))
+    assert again.proc.returncode == 0, again.output[-4000:]
+    changed = [line for _, line in again.lines if line.startswith("changed:")]
+    assert again.recap[node(rfleet, i)]["changed"] == 0, changed
+    upgrade = sh(rfleet, i, "DEBIAN_FRONTEND=noninteractive apt-get -y -q upgrade").stdout
+    assert versions(rfleet, i, "nvidia-open*", "nvidia-driver-pinning-*", "nvidia-smi", "nvidia-persistenced") \
+        == installed, upgrade
+    assert smi(rfleet, i) == ["580.105.08", "580.105.08"]
+
+    # NVIDIA's pinning package alone (no dpkg hold, no apt preferences of the role) keeps the node on 580 ...
+    alone = sh(rfleet, i, "apt-mark unhold nvidia-open-580 nvidia-driver-pinning-580 >/dev/null && "
+                          "rm /etc/apt/preferences.d/gpufleet-nvidia-driver.pref && apt-get -s upgrade").stdout
+    assert not re.search(r"^Inst nvidia-", alone, re.M), alone
+    # ... and without any pin apt would take the newest branch: what the assertions above rule out can happen.
+    unpinned = sh(rfleet, i, "mkdir -p /tmp/no-pins && apt-get -s -o Dir::Etc::PreferencesParts=/tmp/no-pins "
+                             "-o Dir::Etc::Preferences=/tmp/no-pins/none upgrade").stdout
+    assert re.search(r"^Inst nvidia-smi \[580\.105\.08-1\] \(595\.71\.05-1 ", unpinned, re.M), unpinned
+
+
+def test_branch_590_installs_under_the_new_names_and_595_without_a_pinning_package_is_refused(run, rfleet,
+                                                                                               newer_branches):
+    i = 3
+    sh(rfleet, i, "apt-get update -q")
+    refused = run(DRIVER_CONVERGE, "-e", '{"nvidia_driver_branch": "595"}', limit=node(rfleet, i))
+    assert refused.proc.returncode != 0
+    out = " ".join(refused.output.split())
+    assert ("the repository file:/srv/gpufleet-apt/ has nvidia-open 595.x but not NVIDIA's pinning package "
+            "nvidia-driver-pinning-595.") in out, out[-3000:]
+    assert versions(rfleet, i, "nvidia-*", "cuda-drivers*") == {}
+
+    extra = ("-e", '{"nvidia_driver_branch": "590"}')
+    first = run(DRIVER_CONVERGE, *extra, limit=node(rfleet, i))
+    assert first.proc.returncode == 0, first.output[-4000:]
+    # From 590 on: unversioned names, the branch chosen by nvidia-driver-pinning-590 although 595 is newer.
+    installed = versions(rfleet, i, "nvidia-*", "cuda-drivers*")
+    assert installed == {"nvidia-open": "590.48.01-1 hi", "nvidia-driver-pinning-590": "590-1 hi",
+                         "nvidia-smi": "590.48.01-1 ii", "nvidia-persistenced": "590.48.01-1 ii"}, installed
+    assert smi(rfleet, i) == ["590.48.01", "590.48.01"]
+    assert sh(rfleet, i, "systemctl is-active nvidia-persistenced").stdout.strip() == "active"
+    again = run(DRIVER_CONVERGE, *extra, limit=node(rfleet, i))
+    assert again.proc.returncode == 0 and again.recap[node(rfleet, i)]["changed"] == 0, again.output[-3000:]
+    sh(rfleet, i, "DEBIAN_FRONTEND=noninteractive apt-get -y -q upgrade")
+    assert versions(rfleet, i, "nvidia-*", "cuda-drivers*") == installed
 
 
 def keep(dir):

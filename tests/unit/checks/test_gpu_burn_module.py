@@ -28,7 +28,7 @@ def test_healthy_run(standin):
 def test_faulty_gpu_is_fail_not_failed_and_maps_indexes(standin, tmp_path):
     tool = standin("gpu_burn", "gpu_burn", "faulty_errors_reset.log")
     args = {"executable": str(tool.path), "duration": 30, "gpus": [2, 5], "doubles": True, "tensor_cores": True,
-            "memory": "80%", "cwd": str(tmp_path)}
+            "memory": "80%", "chdir": str(tmp_path)}
     result = run_module("gpu_burn", args, env={"PATH": SAFE_PATH})
     assert result["verdict"] == "fail" and not result.get("failed")
     assert tool.argv == ["-d", "-tc", "-m", "80%", "30"]
@@ -36,6 +36,14 @@ def test_faulty_gpu_is_fail_not_failed_and_maps_indexes(standin, tmp_path):
     faulty = [g for g in result["gpus"] if g["status"] == "faulty"]
     assert [(g["index"], g["cuda_index"]) for g in faulty] == [(5, 1)]
     assert any(r.startswith("GPU 5 (gpu_burn device 1)") for r in result["reasons"])
+
+
+def test_deprecated_alias_cwd_still_sets_the_directory(standin, tmp_path):
+    tool = standin("gpu_burn", "gpu_burn", "healthy_2gpu.log")
+    result = run_module("gpu_burn", {"executable": str(tool.path), "duration": 60, "cwd": str(tmp_path)},
+                        env={"PATH": SAFE_PATH})
+    assert result["verdict"] == "pass", result
+    assert tool.cwd == str(tmp_path)
 
 
 def test_missing_tool_is_error_naming_the_install(tmp_path):

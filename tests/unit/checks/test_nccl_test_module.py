@@ -50,16 +50,23 @@ def test_mpirun_launcher_and_bandwidth_floor(standin):
 
 def test_failure_lines_and_exit_code(standin):
     tool = standin("all_reduce_perf", "nccl", "cuda_failure.txt", rc=1)
-    result = run_module("nccl_test", {"executable": str(tool.path), "gpus": 8})
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus_per_process": 8})
     assert result["verdict"] == "fail" and "Test CUDA failure" in result["reasons"][0]
     assert result["failures"] and result["tool"]["rc"] == 1
+
+
+def test_deprecated_alias_gpus_still_sets_gpus_per_process(standin):
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus": 4})
+    assert result["verdict"] == "pass", result
+    assert tool.argv[tool.argv.index("-g") + 1] == "4"
 
 
 def test_shell_metacharacters_are_one_argv_element(standin, tmp_path):
     tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
     pwned = tmp_path / "pwned"
     evil = "; touch %s" % pwned
-    result = run_module("nccl_test", {"executable": str(tool.path), "gpus": 8, "extra_args": ["-c", "1", evil],
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus_per_process": 8, "extra_args": ["-c", "1", evil],
                                       "env": {"NCCL_DEBUG": "WARN" + evil}})
     assert result["verdict"] == "pass"
     assert tool.argv[-3:] == ["-c", "1", evil]
@@ -69,12 +76,12 @@ def test_shell_metacharacters_are_one_argv_element(standin, tmp_path):
 
 def test_invalid_size_is_refused_before_anything_runs(standin, tmp_path):
     tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
-    result = run_module("nccl_test", {"executable": str(tool.path), "gpus": 1, "max_bytes": "1G; reboot"})
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus_per_process": 1, "max_bytes": "1G; reboot"})
     assert result.get("failed") and "max_bytes must be" in result["msg"] and not tool.ran
 
 
 def test_missing_tool(tmp_path):
-    result = run_module("nccl_test", {"gpus": 2}, env={"PATH": SAFE_PATH})
+    result = run_module("nccl_test", {"gpus_per_process": 2}, env={"PATH": SAFE_PATH})
     assert result["verdict"] == "error" and not result.get("failed")
     assert result["reasons"] == ["all_reduce_perf not found: install it with the kentino.gpufleet.validation_tools "
                                  "role or pass executable="]
@@ -83,13 +90,13 @@ def test_missing_tool(tmp_path):
 def test_no_gpu_count_without_nvidia_smi(standin):
     tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
     result = run_module("nccl_test", {"executable": str(tool.path)}, env={"PATH": SAFE_PATH})
-    assert result["verdict"] == "error" and "pass gpus=" in result["reasons"][0] and not tool.ran
+    assert result["verdict"] == "error" and "pass gpus_per_process=" in result["reasons"][0] and not tool.ran
 
 
 def test_timeout_kills_every_process(hanging_tool, no_leftovers):
     path = hanging_tool("all_reduce_perf", "# nThread 1 nGpus 8 minBytes 8 maxBytes 1073741824")
     started = time.monotonic()
-    result = run_module("nccl_test", {"executable": str(path), "gpus": 8, "timeout": 1}, timeout=60)
+    result = run_module("nccl_test", {"executable": str(path), "gpus_per_process": 8, "timeout": 1}, timeout=60)
     assert time.monotonic() - started < 20
     assert result["verdict"] == "error" and "timed out after 1 s" in result["reasons"][0]
     assert any("nThread" in line for line in result["evidence"]), "the last output shows where it hung"

@@ -1,4 +1,4 @@
-"""Parsers of nvidia-smi output against the fixture files (formats and traps: tests/fixtures/nvidia_smi/README.md)."""
+"""Parsers of nvidia-smi output against the fixture files (formats and traps of docs/signals.md section 2)."""
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import nvidia_smi as n

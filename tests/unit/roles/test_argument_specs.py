@@ -1,8 +1,8 @@
 """Every role default is documented in meta/argument_specs.yml (type + description), and the docs agree with the code.
 
-design.md: "Every default documented in meta/argument_specs.yml (type, choices, description), and a test that fails when a
-default is missing from the spec." Also checks that `ansible-doc -t role` renders every role's options, so what an
-operator reads is what the role validates.
+A default missing from the spec, a spec default that differs from defaults/main.yml, or a variable without the role's
+prefix fails here. Also checks that `ansible-doc -t role` renders every role's options, so what an operator reads is
+what the role validates, and that no role variable can collide with a well-known collection's role variables.
 """
 
 import json
@@ -39,7 +39,7 @@ def walk_options(options, where):
 
 def test_roles_found():
     # The six provisioning roles at least; a typo in the glob must not make every test below vacuous.
-    assert {"nvidia_driver", "dcgm", "dcgm_exporter", "node_exporter", "training_env", "validation_tools"} <= set(ROLES)
+    assert {"nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools"} <= set(ROLES)
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -110,3 +110,32 @@ def test_ansible_doc_shows_every_role_option():
         rendered = docs["kentino.gpufleet.%s" % role]["entry_points"]["main"]["options"]
         assert set(rendered) == set(main_options(role)), role
         assert set(load(REPO / "roles" / role / "defaults" / "main.yml")) <= set(rendered), role
+
+
+# Variable prefixes of widely used roles a site may run next to ours (prometheus.prometheus.node_exporter uses
+# node_exporter_*): one inventory value must never mean two things.
+FOREIGN_PREFIXES = ("node_exporter_",)
+
+
+def _role_variable_names(role):
+    names = set()
+    for sub in ("defaults", "vars"):
+        for path in sorted((REPO / "roles" / role / sub).glob("*.yml")):
+            names |= set(load(path))
+    for path in sorted((REPO / "roles" / role / "tasks").glob("*.yml")):
+        tasks = load(path)
+        for task in tasks if isinstance(tasks, list) else []:
+            if not isinstance(task, dict):
+                continue
+            if isinstance(task.get("register"), str):
+                names.add(task["register"])
+            facts = task.get("ansible.builtin.set_fact")
+            if isinstance(facts, dict):
+                names |= set(facts)
+    return names
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_variable_collides_with_a_well_known_role(role):
+    clashes = sorted(n for n in _role_variable_names(role) if n.lstrip("_").startswith(FOREIGN_PREFIXES))
+    assert not clashes, "%s: %s would share a name with prometheus.prometheus's node_exporter role" % (role, clashes)

@@ -1,4 +1,4 @@
-"""gpu_burn stand-in: wilicc/gpu-burn shapes and traps (signals.md section 5), faults, time scaling, CUDA_VISIBLE_DEVICES."""
+"""gpu_burn stand-in: wilicc/gpu-burn shapes and traps (docs/signals.md section 5), faults, time scaling, CUDA_VISIBLE_DEVICES."""
 
 import json
 import re

@@ -1,4 +1,4 @@
-"""journalctl and dmesg stand-ins: one simulated kernel log in every signals.md section 1 shape."""
+"""journalctl and dmesg stand-ins: one simulated kernel log in every docs/signals.md section 1 shape."""
 
 import json
 import re

@@ -1,4 +1,4 @@
-"""nvidia-smi stand-in: shapes of signals.md section 2 for every scenario, generations, lost GPU, load effects."""
+"""nvidia-smi stand-in: shapes of docs/signals.md section 2 for every scenario, generations, lost GPU, load effects."""
 
 import re
 import time

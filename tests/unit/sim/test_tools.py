@@ -1,4 +1,4 @@
-"""dcgmi, all_reduce_perf (+ mpirun), nvme/smartctl and torchrun stand-ins against the shapes of signals.md 3, 4, 6, 7."""
+"""dcgmi, all_reduce_perf (+ mpirun), nvme/smartctl and torchrun stand-ins against the shapes of docs/signals.md sections 3, 4, 6, 7."""
 
 import json
 import re

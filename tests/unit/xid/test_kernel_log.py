@@ -1,4 +1,4 @@
-"""The XID parser against every variant and trap of the kernel log (fixtures in tests/fixtures/kernel_log)."""
+"""The XID parser against every variant and trap of docs/signals.md section 1 (fixtures in tests/fixtures/kernel_log)."""
 
 import datetime
 import gzip

@@ -12,7 +12,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[3]
-ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "node_exporter", "training_env", "validation_tools"]
+ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools"]
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +67,14 @@ def test_malformed_variable_is_rejected_by_the_argument_spec(run, role):
     assert role + "_" in msg  # names the variable
     # Argument validation is the role's first task: nothing ran before it.
     assert run[host]["changed"] == [] and run[host]["ok"] == ["Pretend to be another system", "Run the role under test"]
+
+
+def test_a_branch_after_580_is_refused_for_gpus_older_than_turing(run):
+    # A GTX 1080 Ti (Pascal, 1b06) and a V100 (Volta, 1db6) on branch 590: NVIDIA's drivers after 580 do not drive them.
+    failed = run["nvidia_driver_legacy_gpu"]["failed"]
+    assert len(failed) == 1, failed
+    name, msg = failed[0]
+    assert run["nvidia_driver_legacy_gpu"]["changed"] == []
+    assert "nvidia_driver_legacy_gpu" in msg
+    assert name.endswith("Refuse a branch after the last one for GPUs older than Turing"), name
+    assert "GPUs 1b06, 1db6 include Maxwell, Pascal or Volta cards" in msg and "up to branch 580 only" in msg
