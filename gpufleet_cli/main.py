@@ -2,6 +2,7 @@
 
     gpufleet run burn_in -i inventories/example [-l gpu-node-01] [-e gpufleet_burn_duration_s=3600] [--check]
     gpufleet report [reports/latest]
+    gpufleet abort -i inventories/example [-l gpu-node-01]   (stop what an interrupted run left on the nodes)
 
 `run` is `ansible-playbook` with the collection's configuration (ansible.cfg of this checkout), its events kept by
 ansible-runner under the report directory, and the report table printed at the end. The exit code is the playbook's:
@@ -16,7 +17,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PLAYBOOKS = sorted(p.stem for p in (REPO / "playbooks").glob("*.yml"))
+# checks.yml holds the plays burn_in.yml and preflight.yml share: not a playbook of its own.
+PLAYBOOKS = sorted(p.stem for p in (REPO / "playbooks").glob("*.yml") if p.stem != "checks")
+# ansible-runner keeps one artifact directory per run under the reports directory: only the newest are kept.
+KEEP_RUNNER_ARTIFACTS = 20
 VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error": "magenta", "unreachable": "bold magenta"}
 
 
@@ -84,7 +88,7 @@ def cmd_run(args):
     with tempfile.TemporaryDirectory(prefix="gpufleet-runner.") as private:
         kwargs = dict(private_data_dir=private, project_dir=str(REPO), playbook=str(REPO / "playbooks" /
                       (args.playbook + ".yml")), extravars=extra, envvars=envvars, quiet=args.quiet,
-                      artifact_dir=str(report_dir / ".runner"))
+                      artifact_dir=str(report_dir / ".runner"), rotate_artifacts=KEEP_RUNNER_ARTIFACTS)
         if args.inventory:
             kwargs["inventory"] = [str(Path(i).resolve()) for i in args.inventory]
         if args.limit:
@@ -94,7 +98,7 @@ def cmd_run(args):
             kwargs["cmdline"] = cmdline
         result = ansible_runner.run(**kwargs)
     latest = report_dir / "latest" / "report.json"
-    if latest.exists() and args.playbook != "provision":
+    if latest.exists() and args.playbook in ("burn_in", "preflight"):
         show_report(latest)
     if result.status != "successful":
         sys.stderr.write("gpufleet: %s ended %s (rc %s)\n" % (args.playbook, result.status, result.rc))
@@ -112,10 +116,19 @@ def main(argv=None):
     run.add_argument("--check", action="store_true", help="check mode: invasive checks report skipped")
     run.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     run.add_argument("-q", "--quiet", action="store_true", help="only the report table, not Ansible's output")
+    abort = sub.add_parser("abort", help="stop what interrupted runs left running on the nodes")
+    abort.add_argument("-i", "--inventory", action="append")
+    abort.add_argument("-l", "--limit")
+    abort.add_argument("-e", "--extra-vars", action="append", default=[])
+    abort.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
+    abort.add_argument("-q", "--quiet", action="store_true")
     rep = sub.add_parser("report", help="show a fleet report as a table")
     rep.add_argument("path", nargs="?", default="reports/latest")
     args = parser.parse_args(argv)
     if args.command == "run":
+        return cmd_run(args)
+    if args.command == "abort":
+        args.playbook, args.check = "abort", False
         return cmd_run(args)
     report = show_report(args.path)
     return 2 if report["summary"]["gate"]["failed"] else 0

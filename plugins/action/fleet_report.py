@@ -149,12 +149,11 @@ class ActionModule(ActionBase):
                 "latest": written["latest"],
             })
         if summary["gate"]["failed"]:
+            # Short: the summary table (node, verdict, worst finding, action) is shown right after by the playbook.
             result["failed"] = True
-            bad = [n for n in doc["nodes"] if n["host"] in summary["gate"]["nodes"]]
             result["msg"] = ("check mode, no files written; " if self._task.check_mode else "") + \
-                "%d of %d node(s) at or above fail_on=%s: %s" % (
-                len(bad), len(doc["nodes"]), fail_on,
-                "; ".join("%s %s (%s)" % (n["host"], n["verdict"], n["action"] or "see the report") for n in bad))
+                "gate fail_on=%s: %d of %d node(s) failed it: %s (the summary follows)" % (
+                fail_on, len(summary["gate"]["nodes"]), len(doc["nodes"]), ", ".join(summary["gate"]["nodes"]))
         else:
             result.setdefault("msg", "%d node(s) judged: %s" % (len(doc["nodes"]), render_md.counts_line(doc)))
         return result

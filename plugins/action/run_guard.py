@@ -52,7 +52,7 @@ class ActionModule(ActionBase):
             lock, held = run_guard.take_lock(report_dir, run_id, os.getppid(), args["playbook"] or "?")
             if held:
                 raise AnsibleActionFail(held)
-        result.update(changed=False, run_id=run_id, lock=lock,
+        result.update(changed=False, run_id=run_id, lock=lock, report_dir=report_dir,
                       started=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
                       msg="run %s: %d host(s) checked" % (run_id, len(args["hosts"])))
         return result

@@ -140,7 +140,7 @@ def _bandwidth(result, rows, t, host, gpu_names, sources):
     elif peak < floor:
         out.append(finding("fail", "NCCL_BUSBW_LOW", "%s: NCCL busbw %.1f GB/s < %.1f GB/s at %s (%s)" % (
             host, peak, floor, fmt_size(largest), where), topology, largest_lines))
-    warn_action = "rerun nccl_test on %s with the field guide's sweep (-b 8 -e 1G -f 2) and data validation" % host
+    warn_action = "rerun nccl_test on %s with the full sweep (-b 8 -e 1G -f 2) and data validation" % host
     header = result.get("header") or {}
     max_bytes = header.get("max_bytes")
     if max_bytes and largest is not None and largest < max_bytes and not _next_step_exceeds(result, largest):

@@ -2,7 +2,7 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """Where kernel log lines come from: line prefixes, journald JSON records, plain/gzip files (stdlib only: runs on the node).
 
-Every source spells time differently (signals.md section 1):
+Every source spells time differently (docs/signals.md section 1):
   dmesg                    "[ 1843.308145] "                       seconds since boot
   dmesg -T                 "[Fri Aug  9 13:32:56 2024] "            local wall time, day space-padded
   dmesg --time-format iso  "2024-08-09T13:32:56,123456+00:00 "

@@ -3,7 +3,7 @@
 """Mount table parsers and the path -> mount -> backing device lookup (stdlib only: runs on the node).
 
 The current state of a checkpoint filesystem (read-only after an NVMe error) is judged from /proc/mounts or
-`findmnt -J`, never from old kernel log lines (signals.md section 7). Traps handled here:
+`findmnt -J`, never from old kernel log lines (docs/signals.md section 7). Traps handled here:
 - /proc/mounts escapes space, tab, newline and backslash in paths as octal (`\\040`, `\\011`, `\\012`, `\\134`).
 - Mounts stack: a later mount on T hides earlier mounts on T and below it (their subtree is covered).
 - Longest prefix must respect path components: /data2 is not under /data.

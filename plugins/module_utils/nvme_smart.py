@@ -3,7 +3,7 @@
 """NVMe health parsers: `nvme smart-log <dev> -o json` and `smartctl -j -a <dev>` (stdlib only: runs on the node).
 
 Both are normalised to one health dict so the checkpoint check judges a drive the same way whichever tool exists.
-Traps (signals.md section 7 and the tools' sources):
+Traps (docs/signals.md section 7 and the tools' sources):
 - nvme-cli temperature is KELVIN; smartctl's is Celsius.
 - nvme-cli 1.x prints 128-bit counters as floats (`2838307.000000`); 2.x as integers or decimal strings;
   `-H`/verbose turns critical_warning into an object {"value": n, "ro": 0/1, ...}; some builds spell "Temperature".

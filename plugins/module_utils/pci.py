@@ -2,7 +2,7 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """PCI address normalisation shared by every parser (stdlib only: runs on the node).
 
-Sources spell the same GPU differently (signals.md section 1):
+Sources spell the same GPU differently (docs/signals.md section 1):
   Xid line     PCI:0000:3b:00        (4-hex domain, no function)
   sysfs/NVRM   0000:3b:00.0
   nvidia-smi   00000000:3B:00.0      (8-hex domain, uppercase, with function)

@@ -2,7 +2,7 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """Parser for PyTorch distributed failure output: NCCL watchdog, torchrun/elastic summary, CUDA OOM (stdlib only).
 
-signals.md section 6. Line prefixes change with nearly every PyTorch release, so every pattern searches for the stable
+docs/signals.md section 6. Line prefixes change with nearly every PyTorch release, so every pattern searches for the stable
 substring anywhere in the line and reads the rank from whichever prefix is present:
   [E ProcessGroupNCCL.cpp:458] [Rank 0] ...                                 (<= 2.1)
   [rank0]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] ... (2.2+)

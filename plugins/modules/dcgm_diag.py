@@ -23,6 +23,7 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
+  - kentino.gpufleet.lease
 attributes:
   check_mode:
     support: partial

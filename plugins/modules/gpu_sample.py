@@ -25,6 +25,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
+  - kentino.gpufleet.lease
 attributes:
   check_mode:
     support: full
@@ -45,20 +46,33 @@ options:
       - Seconds between the starts of two samples.
     type: float
     default: 5
-  temperature_threshold_c:
+  temp_max_c:
     description:
-      - Temperature above which time is counted in RV(per_gpu[].seconds_above_threshold_s).
-    type: int
-    default: 85
-  load_threshold_pct:
+      - GPU temperature limit in C; time above it is counted in RV(per_gpu[].seconds_above_limit_s) and judged with
+        O(temp_sustained_s) (the inventory's C(gpufleet_temp_max_c) in the fleet report).
+    type: float
+    default: 85.0
+    aliases: [temperature_threshold_c]
+  temp_sustained_s:
+    description: Seconds above O(temp_max_c) that make the verdict V(fail) (C(gpufleet_temp_sustained_s)).
+    type: float
+    default: 300.0
+  load_util_min_pct:
     description:
-      - GPU utilisation (percent) from which a sample counts as under load for the PCIe minimums.
+      - GPU utilisation (percent) from which a sample counts as under load for the PCIe link
+        (C(gpufleet_load_util_min_pct)).
+    type: float
+    default: 50.0
+    aliases: [load_threshold_pct]
+  ecc_corrected_rise:
+    description: Rise of volatile corrected ECC errors during the sampling that warns (C(gpufleet_ecc_corrected_rise)).
     type: int
-    default: 50
+    default: 1
   stop_file:
     description:
-      - Stop sampling (normally, not early) as soon as this file exists, and delete it. The burn-in playbook touches
-        it when the burn ends, so the samples cover exactly the load window whatever the burn's real length.
+      - Stop sampling (normally, not early) as soon as this file exists. The burn-in playbook creates it when the burn
+        ends, so the samples cover exactly the load window whatever the burn's real length. The file is only read,
+        never deleted (the run's directory goes with the run).
     type: path
 notes:
   - O(executable) defaults to C(nvidia-smi) on E(PATH).
@@ -112,14 +126,15 @@ samples:
         - {index: 0, pci: "0000:18:00", temperature_c: 71, power_w: 651.0, pcie_gen_current: 5,
            pcie_width_current: 16, utilization_gpu_pct: 100, throttle_reasons: [], memory_used_mib: 70001}
 per_gpu:
-  description: Summary per GPU over all samples.
+  description:
+    - Summary per GPU over all samples, computed by the same function the fleet report uses (judge_samples.figures).
   returned: always
   type: list
   elements: dict
   sample:
-    - {index: 2, pci: "0000:3a:00", max_temperature_c: 79, seconds_above_threshold_s: 0.0, temperature_threshold_c: 85,
-       min_pcie_gen_under_load: 3, min_pcie_width_under_load: 16, loaded_samples: 11,
-       throttle_reasons_seen: [], samples: 12, max_power_w: 655.0}
+    - {index: 2, pci: "0000:3a:00", samples: 12, loaded_samples: 11, max_temperature_c: 79, max_power_w: 655.0,
+       seconds_above_limit_s: 0.0, temperature_limit_c: 85.0, pcie_gen_under_load: 5, pcie_width_under_load: 16,
+       pcie_gen_max: 5, pcie_width_max: 16, ecc_corrected_first: 0, ecc_corrected_last: 0, throttle_reasons_seen: []}
   contains:
     index:
       description: GPU index as nvidia-smi numbers it.
@@ -127,34 +142,60 @@ per_gpu:
     pci:
       description: PCI address, lowercase V(dddd:bb:dd).
       type: str
+    samples:
+      description: How many samples read the GPU.
+      type: int
+    loaded_samples:
+      description: Samples at or above O(load_util_min_pct) utilisation.
+      type: int
     max_temperature_c:
       description: Highest temperature seen.
-      type: int
+      type: float
     max_power_w:
       description: Highest power draw seen; null when not reported.
       type: float
-    seconds_above_threshold_s:
-      description: Time spent above O(temperature_threshold_c).
+    seconds_above_limit_s:
+      description: Time spent above O(temp_max_c), each sample standing until the next.
       type: float
-    temperature_threshold_c:
-      description: The threshold used (O(temperature_threshold_c) echoed).
+    temperature_limit_c:
+      description: The limit used (O(temp_max_c)).
+      type: float
+    pcie_gen_under_load:
+      description: The BEST PCIe generation in loaded samples (a momentary dip is not a degraded link); null without any.
       type: int
-    min_pcie_gen_under_load:
-      description: Lowest PCIe generation in samples at or above O(load_threshold_pct); null when no sample was loaded.
+    pcie_width_under_load:
+      description: The best PCIe link width in loaded samples; null without any.
       type: int
-    min_pcie_width_under_load:
-      description: Lowest PCIe link width in samples at or above O(load_threshold_pct); null when no sample was loaded.
+    pcie_gen_max:
+      description: The GPU's rated PCIe generation.
       type: int
-    loaded_samples:
-      description: Samples at or above O(load_threshold_pct).
+    pcie_width_max:
+      description: The GPU's rated link width.
+      type: int
+    ecc_corrected_first:
+      description: Volatile corrected ECC count in the first sample that read it.
+      type: int
+    ecc_corrected_last:
+      description: Volatile corrected ECC count in the last sample that read it.
       type: int
     throttle_reasons_seen:
       description: Sorted union of the active throttle reasons, without V(gpu_idle).
       type: list
       elements: str
-    samples:
-      description: How many samples read the GPU.
-      type: int
+verdict:
+  description: The node's own verdict from judge_samples with the thresholds given as options (the report recomputes it).
+  returned: always
+  type: str
+reasons:
+  description: One line per finding.
+  returned: always
+  type: list
+  elements: str
+evidence:
+  description: The sample lines that justify the findings.
+  returned: always
+  type: list
+  elements: str
 problems:
   description:
     - What could not be read, as in M(kentino.gpufleet.gpu_facts) (kind V(lost), V(unreadable_field),
@@ -163,7 +204,9 @@ problems:
   type: list
   elements: dict
 stopped_early:
-  description: True when sampling ended before O(duration) because the GPUs became unreadable.
+  description:
+    - True when sampling ended before O(duration) and before the O(stop_file) appeared - nvidia-smi answered with no
+      GPU three times in a row, or the run's lease expired. A lost GPU alone does not stop it; the others are sampled.
   returned: always
   type: bool
 stop_reason:

@@ -17,6 +17,8 @@ description:
   - Returns the job's own result once it has finished, and removes the job's status file (O(cleanup)).
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   jid:
     description: The async job id (C(ansible_job_id) of the task started with C(poll 0)).
@@ -46,14 +48,16 @@ attributes:
   diff_mode:
     support: none
   platform:
+    support: full
     platforms: posix
 """
 
 EXAMPLES = r"""
-# Used through the action:
-- name: Wait for the burn
-  kentino.gpufleet.job_wait:
+# Playbooks use kentino.gpufleet.job_wait, which calls this module; by hand it answers one poll:
+- name: Is the burn still running? (waits up to 30 s on the node)
+  kentino.gpufleet.job_status:
     jid: "{{ __burn.ansible_job_id }}"
+    _async_dir: /root/.ansible_async
 """
 
 RETURN = r"""

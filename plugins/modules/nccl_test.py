@@ -16,15 +16,17 @@ description:
   - Returns every result row, the peak bus bandwidth at the largest message size (the health figure; the tool's
     C(Avg bus bandwidth) includes tiny latency-bound sizes and is informational), wrong values and the GPUs used.
   - Wrong values, out-of-bounds values, C(Test CUDA/NCCL failure) lines or a non-zero exit after results are
-    RV(verdict=fail); a RV(peak_busbw_gbps) below O(min_busbw_gbps) is RV(verdict=fail). Without O(min_busbw_gbps)
-    the bandwidth is only reported (per-platform baselines live in the controller rules). No result rows is
-    RV(verdict=error).
+    RV(verdict=fail); a RV(peak_busbw_gbps) below the floor is RV(verdict=fail). The floor is O(min_busbw_gbps), else
+    the GPU model's reference times O(min_busbw_fraction); an unknown model without a floor warns. No result rows is
+    RV(verdict=error). The judgement is kentino.gpufleet's judge_nccl, the same the fleet report applies with the
+    inventory's thresholds.
   - In check mode nothing runs (RV(verdict=skipped)).
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
+  - kentino.gpufleet.lease
 attributes:
   check_mode:
     support: partial
@@ -83,6 +85,16 @@ options:
     description:
       - Environment for the test (E(NCCL_DEBUG), E(NCCL_P2P_LEVEL), E(NCCL_TESTS_MIN_BW), E(CUDA_VISIBLE_DEVICES) ...).
       - With O(launcher=mpirun) each variable is also exported to the ranks with C(-x NAME).
+    type: dict
+    default: {}
+  min_busbw_fraction:
+    description:
+      - Without O(min_busbw_gbps), the floor is the GPU model's reference bus bandwidth times this share
+        (C(gpufleet_nccl_min_busbw_fraction)); the references are listed in docs/rules.md.
+    type: float
+    default: 0.7
+  reference_busbw_gbps:
+    description: Extra or overriding references, GPU name substring to GB/s (C(gpufleet_nccl_reference_busbw_gbps)).
     type: dict
     default: {}
   min_busbw_gbps:

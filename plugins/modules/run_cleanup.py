@@ -21,6 +21,8 @@ description:
     stop everything.
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   state_dir:
     description: The node's gpufleet state directory.
@@ -30,7 +32,7 @@ options:
     description: The current run, whose work is kept; omit to stop every recorded run.
     type: str
   finished_run_id:
-    description: A run that has finished on this node: its directory is removed.
+    description: A run that has finished on this node; its directory is removed.
     type: str
 attributes:
   check_mode:
@@ -39,6 +41,7 @@ attributes:
   diff_mode:
     support: none
   platform:
+    support: full
     platforms: posix
 """
 

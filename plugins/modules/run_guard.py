@@ -23,6 +23,9 @@ description:
     (O(report_dir)/.gpufleet-run.lock, released by M(kentino.gpufleet.fleet_report)).
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 options:
   hosts:
     description: The hosts the run will target (their variables are checked).
@@ -44,11 +47,17 @@ options:
 attributes:
   action:
     support: full
+    details: An action plugin on the controller; the module file only documents it.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
   diff_mode:
     support: none
   platform:
+    support: full
     platforms: posix
 """
 
@@ -71,7 +80,11 @@ started:
   returned: always
   type: str
 lock:
-  description: The lock file this run holds.
+  description: The lock file this run holds (null in check mode).
+  returned: always
+  type: str
+report_dir:
+  description: Where the run's report goes (O(report_dir), user-expanded).
   returned: always
   type: str
 """

@@ -43,6 +43,11 @@ options:
   user:
     description: The user that runs training. Default the user running the module. Another user needs root (become).
     type: str
+  home:
+    description:
+      - Home directory for the login shell of O(user) (only the user running the module), instead of the one in
+        C(/etc/passwd). The simulated fleet gives each node its own; real nodes leave it unset.
+    type: path
   expected:
     description:
       - Variable name to required value. A null value means report only. Default the recommendation of

@@ -34,11 +34,13 @@ def summary_table(report):
     gate = report["summary"]["gate"]
     footer = "Gate (fail_on=%s): %s" % (
         gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"])) if gate["failed"] else "passed")
-    return "\n".join(["Fleet report %s: %s" % (report["run_id"], counts_line(report)), ""] + lines + ["", footer])
+    title = "Fleet report %s%s: %s" % (report["run_id"], " (INTERRUPTED: what the run had when it stopped)"
+                                       if report.get("interrupted") else "", counts_line(report))
+    return "\n".join([title, ""] + lines + ["", footer])
 
 
 def render(report):
-    out = ["# GPU fleet report %s" % report["run_id"], "",
+    out = ["# GPU fleet report %s%s" % (report["run_id"], " (interrupted)" if report.get("interrupted") else ""), "",
            "- playbook: %s" % (report.get("playbook") or "-"),
            "- started: %s, finished: %s" % (report["started"], report["finished"]),
            "- %s" % counts_line(report), "", "## Summary", "", summary_table(report), ""]

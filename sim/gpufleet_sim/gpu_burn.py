@@ -1,4 +1,4 @@
-"""Stand-in for wilicc/gpu-burn: the same argument quirks, output shapes and traps (signals.md section 5).
+"""Stand-in for wilicc/gpu-burn: the same argument quirks, output shapes and traps (docs/signals.md section 5).
 
 Time is compressed: `gpu_burn 600` burns for 600 * GPUFLEET_SIM_TIME_SCALE real seconds but reports 600. While it
 runs, the node is "under load" for nvidia-smi; scenario events scheduled at a burn fraction fire (a GPU falls off the

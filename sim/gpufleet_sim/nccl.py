@@ -1,4 +1,4 @@
-"""Stand-in for nccl-tests all_reduce_perf (signals.md section 4): header, two title lines, one row per size, footer.
+"""Stand-in for nccl-tests all_reduce_perf (docs/signals.md section 4): header, two title lines, one row per size, footer.
 
 Bus bandwidth comes from the scenario (nccl.busbw_peak_gbps, else the model's single-node figure) and is limited by
 the slowest PCIe link of the GPUs taking part *under load* on PCIe platforms: a GPU whose link trains down to Gen1 x4

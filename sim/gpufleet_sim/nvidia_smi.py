@@ -18,7 +18,7 @@ CUR = ("current",)
 
 
 def lost_message(gpu):
-    # Exactly the real wording (signals.md section 2); the PCI address uses the 4-hex-digit domain, upper case.
+    # Exactly the real wording (docs/signals.md section 2); the PCI address uses the 4-hex-digit domain, upper case.
     return ("Unable to determine the device handle for GPU %s: GPU is lost. Reboot the system to recover this GPU"
             % ("0000:%s:00.0" % gpu["bus"].upper()))
 

@@ -1,4 +1,4 @@
-"""Stand-ins for `nvme smart-log <dev> -o json`, `nvme list -o json` and `smartctl -j -a <dev>` (signals.md section 7).
+"""Stand-ins for `nvme smart-log <dev> -o json`, `nvme list -o json` and `smartctl -j -a <dev>` (docs/signals.md section 7).
 
 The scenario's storage.devices list the node's NVMe controllers; storage.nvme_cli "1.x" prints the big counters as
 floats like nvme-cli 1.x did. The checkpoint filesystem's mount state is not a tool here: the node's state directory

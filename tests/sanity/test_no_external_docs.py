@@ -13,13 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 # docs/signals.md is ours; a bare or differently-rooted signals.md (reference/signals.md) is not.
 EXTERNAL = re.compile(r"design\.md|peers\.md|xid-catalog\.csv|field[ -]guide|(?<!docs/)(?<!\./)\bsignals\.md", re.I)
 # Being edited in other branches right now; their owners replace the remaining references, then drop the entry.
-ALLOWLIST = {
-    "plugins/plugin_utils/": "controller rules and renderers (change in flight)",
-    "plugins/module_utils/": "node-side parsers (change in flight)",
-    "roles/gpufleet/": "the lead's rewrite of the stage files",
-    "sim/gpufleet_sim/": "the simulator package (change in flight)",
-    "hack/gen_xid_catalog.py": "its severity_basis strings are generated into plugins/module_utils/xid_catalog.py",
-}
+ALLOWLIST = {}
 
 
 def tracked_files():

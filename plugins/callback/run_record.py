@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: run_record
+type: aggregate
+short_description: Keep what a gpufleet run has found, and write its report when the run is interrupted
+description:
+  - Records, as they arrive, the results the collection's playbooks register (C(gpufleet_result_*),
+    C(gpufleet_xid_before)), the C(gpufleet_*) facts and the run's id from M(kentino.gpufleet.run_guard).
+  - When C(ansible-playbook) ends without finishing the run (Ctrl-C, an error that stops the playbook), it judges
+    what it has with the same rules as M(kentino.gpufleet.fleet_report) and writes the report marked
+    C(interrupted), then releases the reports lock. Nodes that had not finished show as C(RUN_INTERRUPTED) with
+    the stage they were in; their node-side work stops by itself when the run's lease expires.
+  - A run that finishes normally is reported by M(kentino.gpufleet.fleet_report) as always; this callback then does
+    nothing.
+version_added: "0.2.0"
+author: kentino.gpufleet contributors
+requirements:
+  - enable it with C(callbacks_enabled = kentino.gpufleet.run_record) in ansible.cfg (the repository's ansible.cfg
+    and the C(gpufleet) command do)
+"""
+
+import atexit
+import os
+
+from ansible.plugins.callback import CallbackBase
+from ansible_collections.kentino.gpufleet.plugins.action.fleet_report import _plain
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
+
+_KEEP_REGISTERED = ("gpufleet_xid_before",)
+_ENVELOPE_SKIP = ("invocation", "_ansible_no_log", "_ansible_verbose_always", "stdout_lines", "stderr_lines")
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "kentino.gpufleet.run_record"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hosts = {}
+        self.run = None
+        self.report_dir = None
+        self.playbook = None
+        self._manager = None
+        self.finished = False
+        self.reported = False
+        atexit.register(self._at_exit)
+
+    # --- what the run produces --------------------------------------------------------------------------------
+    def v2_playbook_on_start(self, playbook):
+        self.playbook = os.path.splitext(os.path.basename(playbook._file_name))[0]
+
+    def v2_playbook_on_play_start(self, play):
+        self._manager = play.get_variable_manager()
+
+    def _host(self, result):
+        return self.hosts.setdefault(result._host.get_name(), {})
+
+    def _record(self, result):
+        task = result._task
+        data = result._result
+        hv = self._host(result)
+        # ansible-core >= 2.19 keeps `register` as {name: projection}; older ones as the name.
+        name = next(iter(task.register), None) if isinstance(task.register, dict) else task.register
+        if name and (name.startswith("gpufleet_result_") or name in _KEEP_REGISTERED):
+            hv[name] = {k: v for k, v in data.items() if k not in _ENVELOPE_SKIP}
+        if name == "gpufleet_run" and data.get("run_id"):
+            self.run = {"run_id": data["run_id"], "started": data.get("started")}
+            self.report_dir = data.get("report_dir") or self.report_dir
+        if task.action in ("kentino.gpufleet.fleet_report", "fleet_report"):
+            self.reported = True
+        facts = data.get("ansible_facts") or {}
+        for key, value in facts.items():
+            if not str(key).startswith("gpufleet_"):
+                continue
+            if task.action in ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact"):
+                hv[key] = value
+            else:
+                hv.setdefault("ansible_facts", {})[key] = value
+
+    def v2_runner_on_ok(self, result):
+        self._record(result)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._record(result)
+
+    def v2_runner_on_unreachable(self, result):
+        self._record(result)
+
+    def v2_runner_on_skipped(self, result):
+        self._record(result)
+
+    def v2_playbook_on_stats(self, stats):
+        self.finished = True
+
+    # --- an interrupted run -------------------------------------------------------------------------------------
+    def _inventory_values(self, host):
+        """The host's gpufleet_* inventory values (thresholds), as the report action would read them."""
+        manager = self._manager
+        if manager is None:
+            return {}
+        try:
+            inventory_host = manager._inventory.get_host(host)
+            values = manager.get_vars(host=inventory_host, include_hostvars=False)
+            return {k: _plain(v) for k, v in values.items() if str(k).startswith("gpufleet_")
+                    and not str(k).startswith("gpufleet_result_") and "{{" not in str(v)}
+        except Exception:  # best effort: the defaults are used for what cannot be read
+            return {}
+
+    def _at_exit(self):
+        if self.finished or self.reported or self.run is None or not self.hosts:
+            return
+        try:
+            self._write_interrupted()
+        except Exception as exc:  # never turn an interrupted run into a traceback
+            self._display.warning("gpufleet: the interrupted run's report could not be written: %s" % exc)
+
+    def _write_interrupted(self):
+        data = {}
+        for host, recorded in self.hosts.items():
+            if host == "localhost":
+                continue
+            hv = self._inventory_values(host)
+            hv.update(_plain(recorded))
+            if not hv.get("gpufleet_completed"):
+                hv["gpufleet_interrupted"] = True
+            data[host] = hv
+        if not data:
+            return
+        nodes = report.evaluate_fleet(list(data), data, None)
+        doc = report.build_report(nodes, self.run["run_id"], playbook=self.playbook, started=self.run.get("started"),
+                                  fail_on="never")
+        doc["interrupted"] = True
+        report_dir = os.path.expanduser(self.report_dir or "reports")
+        written = report.write_report(doc, report_dir, latest=True, inputs=data)
+        run_guard.release_lock(report_dir, doc["run_id"])
+        self._display.display("gpufleet: the run was interrupted; what it had is in %s\n%s" % (
+            written["files"]["report.html"], render_md.summary_table(doc)))
