@@ -311,10 +311,18 @@ def query_gpu(node, a, out):
             out.write('Field "%s" is not a valid field to query.\n\n' % n)
             return EXIT_INVALID_ARG
     view = View(node)
+    broken = node.scen.get("nvidia_smi", {}).get("output", "")
+    if broken == "junk":
+        # A broken or wrong binary on PATH: exit 0 with lines that are not rows of the query.
+        out.write("NVIDIA-SMI has encountered an unexpected condition\n#### ?? ####\nok ok ok\n")
+        return 0
     if header:
         out.write(", ".join(_header(index[n][0] if n == index[n][0] else n, index[n][1], units) for n in names) + "\n")
     rc = 0
-    for g in _select(node, a.ids):
+    gpus = list(_select(node, a.ids))
+    if broken.startswith("rows:"):
+        gpus = gpus[:int(broken.split(":", 1)[1])]  # output that stops early (a hung driver call killed)
+    for g in gpus:
         if g["index"] in view.lost:
             out.write(lost_message(g) + "\n")
             rc = EXIT_GPU_LOST

@@ -29,6 +29,8 @@ DEFAULTS = {
     "gpu_burn": {},
     "torchrun": {},
     "platform": {},
+    # nvidia_smi.output: "junk" prints lines that are not its output (exit 0); "rows:N" stops after N GPU rows.
+    "nvidia_smi": {},
 }
 
 

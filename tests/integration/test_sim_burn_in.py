@@ -42,7 +42,7 @@ def test_healthy_nodes_pass_with_no_findings(report, host):
     assert node["verdict"] == "pass" and node["findings"] == [], node["findings"]
     assert node["stage"] == "done"
     assert all(g["verdict"] == "pass" for g in node["gpus"])
-    assert {"gpu_burn", "dcgm_diag", "nccl_test", "samples", "xid"} <= set(node["checks"])
+    assert {"gpu_burn", "dcgm_diag", "nccl_test", "gpu_sample", "xid_facts"} <= set(node["checks"])
 
 
 @pytest.mark.parametrize("host", sorted(PLANTED))
@@ -77,7 +77,7 @@ def test_busy_gpu_names_the_pid(report):
     assert "PID" in busy["message"] or "pid" in busy["message"]
     for check in ("gpu_burn", "dcgm_diag", "nccl_test"):  # invasive checks must not run on a busy node
         assert node["checks"][check]["verdict"] == "skipped"
-        assert node["checks"][check]["reasons"] == ["not run: " + node_refusal(node)]
+        assert node["checks"][check]["reasons"] == ["not run: refused: " + node_refusal(node)]
 
 
 def node_refusal(node):
