@@ -15,7 +15,8 @@ def could_not_run(result, check, host):
     if tool.get("error"):
         reason = "%s could not run: %s" % (check, tool["error"])
     elif tool.get("timed_out"):
-        reason = ("%s timed out after %s s and was killed with its process group (a hung GPU or tool; raise the "
+        # duration_s includes the kill's grace period, so it is not the timeout the operator set: say what it is.
+        reason = ("%s timed out: killed with its process group after running %s s (a hung GPU or tool; raise the "
                   "timeout if the run is legitimately longer)" % (check, tool.get("duration_s")))
     else:
         return []

@@ -263,10 +263,19 @@ def main():
     if not ran.error and not ran.timed_out:
         parsed = parse_gpu_burn(ran.stdout + "\n" + ran.stderr)
         by_cuda = dict((m["cuda_index"], m) for m in mapping or [])
+        # Without a map, CUDA_VISIBLE_DEVICES=<gpus> (PCI bus order) makes device k the k-th index of `gpus`.
+        visible = params["gpus"] or []
         for entry in parsed["gpus"]:
             # gpu_burn numbers its devices from 0: nvidia-smi's index and the PCI address come from the map.
             known = by_cuda.get(entry["cuda_index"])
-            entry["index"] = known["index"] if known else (None if mapping else entry["cuda_index"])
+            if known:
+                entry["index"] = known["index"]
+            elif mapping:
+                entry["index"] = None  # a device beyond the map: never guess
+            elif visible:
+                entry["index"] = visible[entry["cuda_index"]] if 0 <= entry["cuda_index"] < len(visible) else None
+            else:
+                entry["index"] = entry["cuda_index"]
             entry["pci"] = known["pci"] if known else None
             entry["uuid"] = known["uuid"] if known else None
         obs.update(gpus=parsed["gpus"], initialised_gpus=len([g for g in parsed["gpus"] if g["initialised"]]),
