@@ -42,7 +42,7 @@ def _seconds_above(rows, limit, interval):
     if not rows:
         return 0.0
     times = [r["_t"] for r in rows]
-    steps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
+    steps = sorted(times[i + 1] - times[i] for i in range(len(times) - 1) if times[i + 1] > times[i])
     step = steps[len(steps) // 2] if steps else (interval or 1.0)
     total = 0.0
     for i, row in enumerate(rows):
@@ -119,8 +119,8 @@ def judge(result, t, host):
                                "spacing" % label, [_line(r) for r in hot[:5]], index, pci))
         throttled = [r for r in rows if _thermal(r.get("throttle_reasons"))]
         if throttled:
-            out.append(finding("warn", "THERMAL_THROTTLE", "%s throttled for temperature in %d of %d samples under "
-                               "load" % (label, len(throttled), len(rows)),
+            out.append(finding("warn", "THERMAL_THROTTLE", "%s throttled for temperature in %d of %d samples" % (
+                               label, len(throttled), len(rows)),
                                "check the airflow around %s (fans, blanking panels, inlet temperature)" % label,
                                [_line(r) for r in throttled[:5]], index, pci))
         gen, width = fig["pcie_gen_under_load"], fig["pcie_width_under_load"]

@@ -186,9 +186,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
     TOOL_DIRS,
     VALIDATION_TOOLS_HINT,
     exit_check,
-    open_lease,
     missing_tool_reason,
     node_name,
+    open_lease,
     planned_tool,
     tool_section,
 )
