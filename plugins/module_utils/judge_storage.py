@@ -28,12 +28,14 @@ def _storage(severity, host, message, evidence=None):
                    "fix the checkpoint storage on %s: %s" % (host, message), evidence)
 
 
-def _write_failure(res, path, user):
+def _write_failure(res, path, user, owner_mode=None):
+    """(message, raw line) of a failed write test; owner_mode: the directory's owner and mode (the module's
+    path.owner_mode), so a permission failure names who may write there."""
     err, stage = res.get("errno"), res.get("stage")
     raw = "%s: %s (%s) at %s" % (path, res.get("error"), err, stage)
     if err in ("EACCES", "EPERM"):
         return "%s is not writable by %s (uid %s): %s; chown/chmod it for the training user or run as its owner" % (
-            path, user.get("name"), user.get("uid"), res.get("owner_mode") or "owner unknown"), raw
+            path, user.get("name"), user.get("uid"), owner_mode or "owner unknown"), raw
     if err == "EROFS":
         return "%s is on a read-only filesystem: %s" % (path, READ_ONLY_ACTION), raw
     if err in ("ENOSPC", "EDQUOT"):
@@ -107,7 +109,7 @@ def judge(result, t, host):
         out.append(_storage("fail", host, "%s is not writable by %s (uid %s): %s" % (
             given, user.get("name"), user.get("uid"), path.get("owner_mode") or "owner unknown")))
     if wt.get("error"):
-        message, raw = _write_failure(wt, given, user)
+        message, raw = _write_failure(wt, given, user, path.get("owner_mode"))
         out.append(_storage("fail", host, message, [raw]))
     fig = figures(result)
     job = result.get("job") or {}
