@@ -15,8 +15,8 @@ description:
     reads the JSON of DCGM 4.x, DCGM 3.x and C(--iterations) runs, and returns the tests with per-GPU results.
   - DCGM 4.x writes a warning as C(Fail); the warnings' C(error_severity) decides (monitor/config = warn).
   - A diag that could not run (host engine down, C(runtime_error), every test skipped, or a level 2+ run whose
-    hardware tests were all skipped) is O(verdict=error), never a pass.
-  - A failing GPU is O(verdict=fail) with C(failed=false). In check mode the diag is not run (O(verdict=skipped)).
+    hardware tests were all skipped) is RV(verdict=error), never a pass.
+  - A failing GPU is RV(verdict=fail) with C(failed=false). In check mode the diag is not run (RV(verdict=skipped)).
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 options:
@@ -43,6 +43,21 @@ options:
   timeout:
     description: Seconds before dcgmi is killed. Default by level, 1 300, 2 900, 3 2700, 4 10800.
     type: int
+  state_dir:
+    description:
+      - The node's gpufleet state directory. With O(run_id), the tool's process group is recorded under
+        C(runs/<run_id>/jobs/) there, so that an interrupted run's leftovers can be stopped (M(kentino.gpufleet.run_cleanup)).
+    type: path
+  run_id:
+    description:
+      - The run this check belongs to (needs O(state_dir)). The check then stops its tool, with verdict C(error), as
+        soon as the run's lease C(<state_dir>/runs/<run_id>/lease) has not been refreshed for O(lease_timeout) seconds;
+        M(kentino.gpufleet.job_wait) refreshes it while the controller waits. Omitted, the check runs on its own.
+    type: str
+  lease_timeout:
+    description: Seconds without a lease refresh after which the tool is stopped (at least 10); only with O(run_id).
+    type: int
+    default: 180
 requirements:
   - DCGM with its host engine running (C(nvidia-dcgm) service or C(nv-hostengine)).
 notes:

@@ -9,16 +9,21 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: gpu_sample
-short_description: Sample GPU temperature, power, PCIe link and throttling with nvidia-smi while a load runs
+short_description: Sample GPU temperature, power, PCIe link, throttling and ECC with nvidia-smi while a load runs
 description:
   - Runs C(nvidia-smi --query-gpu) every O(interval) seconds for O(duration) seconds and returns every sample plus a
     per-GPU summary. Meant to run with C(async) next to a burn-in or NCCL test, because the PCIe link drops its
     generation at idle and throttling only shows under load.
-  - The minimum PCIe generation and width are taken only from samples where the GPU's utilisation was at least
-    O(load_threshold_pct), so an idle link at gen 1 is not mistaken for a degraded riser.
-  - Stops early and returns what it has when the GPUs become unreadable (a lost GPU, nvidia-smi failing or hanging);
-    the reason is in RV(stop_reason) and RV(problems).
-  - Read-only; runs in check mode. Judgement (what temperature or link is acceptable) is left to the rules layer.
+  - Judges the samples (module_utils/judge_samples.py) with the thresholds given as options, the same function the
+    fleet report runs with the inventory's thresholds. C(fail) when a GPU stays above O(temp_max_c) for
+    O(temp_sustained_s) or its PCIe link never reaches its rated generation/width under load; C(warn) on thermal
+    throttling or rising volatile corrected ECC; C(error) when no sample could be taken.
+  - The PCIe link is judged only from samples where the GPU's utilisation was at least O(load_util_min_pct), and by
+    the best link seen there, so an idle link at gen 1 or a momentary dip is not mistaken for a degraded riser.
+  - A GPU that is lost during the run (RV(problems) kind C(lost)) keeps the samples taken before; the other GPUs are
+    sampled for the whole duration. Sampling stops early after 3 samples in a row without any GPU (the driver gone,
+    nvidia-smi failing), with the reason in RV(stop_reason).
+  - Read-only; runs in check mode.
 version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
@@ -26,10 +31,10 @@ options:
   executable:
     description:
       - Path or name of the nvidia-smi binary. Default is C(nvidia-smi) found on C(PATH).
-    type: str
+    type: path
   timeout:
     description:
-      - Seconds one nvidia-smi call may run before it is killed; a call that times out ends the sampling.
+      - Seconds one nvidia-smi call may run before it is killed.
     type: int
     default: 30
   duration:
@@ -42,21 +47,46 @@ options:
       - Seconds between the starts of two samples.
     type: float
     default: 5
-  temperature_threshold_c:
+  temp_max_c:
     description:
-      - Temperature above which time is counted in RV(per_gpu[].seconds_above_threshold_s).
-    type: int
-    default: 85
-  load_threshold_pct:
+      - GPU temperature limit, C. Time above it is RV(per_gpu[].seconds_above_limit_s).
+    type: float
+    default: 85.0
+    aliases: [temperature_threshold_c]
+  temp_sustained_s:
     description:
-      - GPU utilisation (percent) from which a sample counts as under load for the PCIe minimums.
+      - Seconds above O(temp_max_c) that make the verdict C(fail).
+    type: float
+    default: 300.0
+  load_util_min_pct:
+    description:
+      - GPU utilisation (percent) from which a sample counts as under load for the PCIe link.
+    type: float
+    default: 50.0
+    aliases: [load_threshold_pct]
+  ecc_corrected_rise:
+    description:
+      - Rise of the volatile corrected ECC count between the first and last sample that warns (a leak in progress).
     type: int
-    default: 50
+    default: 1
   stop_file:
     description:
-      - Stop sampling (normally, not early) as soon as this file exists, and delete it. The burn-in playbook touches
-        it when the burn ends, so the samples cover exactly the load window whatever the burn's real length.
+      - Stop sampling (normally, not early) as soon as this file exists. The file is only read, never removed; the
+        burn-in writes it in the run's directory when the burn ends, so the samples cover exactly the load window.
     type: path
+  state_dir:
+    description: The node's gpufleet state directory, where the run's lease lives (with O(run_id)).
+    type: path
+  run_id:
+    description:
+      - The run this sampling belongs to (needs O(state_dir)). Sampling then stops early, with the reason, as soon as
+        the run's lease C(<state_dir>/runs/<run_id>/lease) has not been refreshed for O(lease_timeout) seconds;
+        M(kentino.gpufleet.job_wait) refreshes it while the controller waits. Omitted, the module runs on its own.
+    type: str
+  lease_timeout:
+    description: Seconds without a lease refresh after which sampling stops (at least 10); only with O(run_id).
+    type: int
+    default: 180
 seealso:
   - module: kentino.gpufleet.gpu_facts
 """
@@ -87,16 +117,37 @@ EXAMPLES = r"""
   kentino.gpufleet.gpu_sample:
     duration: 30
     interval: 1
-    temperature_threshold_c: 83
-    load_threshold_pct: 80
+    temp_max_c: 83
+    temp_sustained_s: 60
+    load_util_min_pct: 80
 """
 
 RETURN = r"""
+verdict:
+  description: pass, warn, fail, error or skipped, from the samples and the thresholds given as options.
+  returned: always
+  type: str
+  sample: fail
+reasons:
+  description: One line per finding, naming the host and the GPU (index and PCI address).
+  returned: always
+  type: list
+  elements: str
+  sample: ["node03 GPU 2 (0000:3a:00) PCIe link under load is gen 3 x16, max gen 5 x16 (11 samples)"]
+evidence:
+  description: The sample lines that justify the findings.
+  returned: always
+  type: list
+  elements: str
+not_run:
+  description: Why nothing was sampled, else null.
+  returned: always
+  type: str
 samples:
   description:
     - One entry per sample; t_s is seconds since the first sample. Each GPU has index, pci, temperature_c, power_w,
-      pcie_gen_current, pcie_width_current, utilization_gpu_pct, throttle_reasons (list), memory_used_mib (null
-      when not reported).
+      pcie_gen_current, pcie_width_current, utilization_gpu_pct, throttle_reasons (list), memory_used_mib,
+      pcie_gen_max, pcie_width_max, ecc_volatile_corrected (null when not reported).
   returned: always
   type: list
   elements: dict
@@ -104,31 +155,34 @@ samples:
     - t_s: 0.0
       gpus:
         - {index: 0, pci: "0000:18:00", temperature_c: 71, power_w: 651.0, pcie_gen_current: 5,
-           pcie_width_current: 16, utilization_gpu_pct: 100, throttle_reasons: [], memory_used_mib: 70001}
+           pcie_width_current: 16, utilization_gpu_pct: 100, throttle_reasons: [], memory_used_mib: 70001,
+           pcie_gen_max: 5, pcie_width_max: 16, ecc_volatile_corrected: 0}
 per_gpu:
   description:
-    - Summary per GPU over all samples.
-    - max_temperature_c, max_power_w; seconds_above_threshold_s (time above temperature_threshold_c, which is echoed);
-      min_pcie_gen_under_load and min_pcie_width_under_load (null when no sample reached load_threshold_pct);
-      loaded_samples; throttle_reasons_seen (sorted union, without gpu_idle); samples (how many samples read the GPU).
+    - Summary per GPU over all samples (judge_samples.figures()).
+    - max_temperature_c, max_power_w; seconds_above_limit_s (time above temperature_limit_c, which is echoed);
+      pcie_gen_under_load and pcie_width_under_load (the best link seen under load, null when no sample reached
+      load_util_min_pct) beside pcie_gen_max and pcie_width_max; loaded_samples; ecc_corrected_first and
+      ecc_corrected_last; throttle_reasons_seen (sorted union, without gpu_idle); samples (how many samples read the
+      GPU).
   returned: always
   type: list
   elements: dict
   sample:
-    - {index: 2, pci: "0000:3a:00", max_temperature_c: 79, seconds_above_threshold_s: 0.0, temperature_threshold_c: 85,
-       min_pcie_gen_under_load: 3, min_pcie_width_under_load: 16, loaded_samples: 11,
-       throttle_reasons_seen: [], samples: 12, max_power_w: 655.0}
+    - {index: 2, pci: "0000:3a:00", samples: 12, loaded_samples: 11, max_temperature_c: 79, max_power_w: 655.0,
+       seconds_above_limit_s: 0.0, temperature_limit_c: 85.0, pcie_gen_under_load: 3, pcie_width_under_load: 16,
+       pcie_gen_max: 5, pcie_width_max: 16, ecc_corrected_first: 0, ecc_corrected_last: 0, throttle_reasons_seen: []}
 problems:
   description: What could not be read, as in gpu_facts (kind lost, unreadable_field, tool_error, tool_missing; pci; raw message).
   returned: always
   type: list
   elements: dict
 stopped_early:
-  description: True when sampling ended before O(duration) because the GPUs became unreadable.
+  description: True when sampling ended before O(duration) (no GPU readable 3 times in a row, or the run's lease lapsed).
   returned: always
   type: bool
 stop_reason:
-  description: Why sampling stopped early, naming the GPU where known; null otherwise.
+  description: Why sampling stopped early; null otherwise.
   returned: always
   type: str
 duration_s:

@@ -50,10 +50,18 @@ attributes:
 """
 
 EXAMPLES = r"""
-# Used through the action:
+# Playbooks use the kentino.gpufleet.job_wait action, which calls this module on every poll:
 - name: Wait for the burn
   kentino.gpufleet.job_wait:
+    job: "{{ __burn }}"
+
+# Called directly it waits once, here up to 30 s:
+- name: Wait up to 30 s on the node for the burn
+  kentino.gpufleet.job_status:
     jid: "{{ __burn.ansible_job_id }}"
+    _async_dir: ~/.ansible_async
+    wait: 30
+  register: __burn_status
 """
 
 RETURN = r"""

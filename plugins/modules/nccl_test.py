@@ -16,9 +16,11 @@ description:
   - Returns every result row, the peak bus bandwidth at the largest message size (the health figure; the tool's
     C(Avg bus bandwidth) includes tiny latency-bound sizes and is informational), wrong values and the GPUs used.
   - Wrong values, out-of-bounds values, C(Test CUDA/NCCL failure) lines or a non-zero exit after results are
-    O(verdict=fail); a peak below O(min_busbw_gbps) is O(verdict=fail). Without O(min_busbw_gbps) the bandwidth is
-    only reported (per-platform baselines live in the controller rules). No result rows is O(verdict=error).
-  - In check mode nothing runs (O(verdict=skipped)).
+    RV(verdict=fail); a peak below the floor is RV(verdict=fail). The floor is O(min_busbw_gbps), else the GPU model's
+    reference busbw times O(min_busbw_fraction) (module_utils/judge_nccl.py, the judge the fleet report reruns with
+    the inventory's thresholds); a GPU without a reference is RV(verdict=warn) with the figure. No result rows is
+    RV(verdict=error).
+  - In check mode nothing runs (RV(verdict=skipped)).
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 options:
@@ -73,12 +75,40 @@ options:
     type: dict
     default: {}
   min_busbw_gbps:
-    description: Minimum acceptable bus bandwidth (GB/s) at the largest size; below it the verdict is fail.
+    description:
+      - Minimum acceptable bus bandwidth (GB/s) at the largest size; below it the verdict is fail.
+      - Default the GPU model's single-node reference (O(reference_busbw_gbps), else the built-in table) times
+        O(min_busbw_fraction). A GPU without a reference gives verdict C(warn) (no baseline) with the figure.
     type: float
+  min_busbw_fraction:
+    description: Share of the model's reference bus bandwidth required when O(min_busbw_gbps) is not given, in (0, 1].
+    type: float
+    default: 0.7
+  reference_busbw_gbps:
+    description:
+      - Extra or overriding references, GPU name substring to GB/s (for example C(RTX 5090) to 50); the longest
+        matching name wins. Use your platform's burn-in figure.
+    type: dict
+    default: {}
   timeout:
     description: Seconds before the test (and every rank) is killed.
     type: int
     default: 600
+  state_dir:
+    description:
+      - The node's gpufleet state directory. With O(run_id), the tool's process group is recorded under
+        C(runs/<run_id>/jobs/) there, so that an interrupted run's leftovers can be stopped (M(kentino.gpufleet.run_cleanup)).
+    type: path
+  run_id:
+    description:
+      - The run this check belongs to (needs O(state_dir)). The check then stops its tool, with verdict C(error), as
+        soon as the run's lease C(<state_dir>/runs/<run_id>/lease) has not been refreshed for O(lease_timeout) seconds;
+        M(kentino.gpufleet.job_wait) refreshes it while the controller waits. Omitted, the check runs on its own.
+    type: str
+  lease_timeout:
+    description: Seconds without a lease refresh after which the tool is stopped (at least 10); only with O(run_id).
+    type: int
+    default: 180
 notes:
   - Loads the GPUs and their links; do not run it on nodes with live jobs.
 """

@@ -30,7 +30,7 @@ options:
     description: The current run, whose work is kept; omit to stop every recorded run.
     type: str
   finished_run_id:
-    description: A run that has finished on this node: its directory is removed.
+    description: A run that has finished on this node; its directory is removed.
     type: str
 attributes:
   check_mode:
@@ -60,7 +60,12 @@ stopped:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import RUN_ID_RE, recorded_jobs, run_dir, stop_leftovers
+from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import (
+    RUN_ID_RE,
+    recorded_jobs,
+    run_dir,
+    stop_leftovers,
+)
 
 
 def main():

@@ -28,6 +28,11 @@ options:
   user:
     description: The user that runs training. Default the user running the module. Another user needs root (become).
     type: str
+  home:
+    description:
+      - Home directory whose login files the login shell reads, for the user running the module only (another
+        user's login is read with C(su), from its own home). Default that user's home from the password database.
+    type: path
   expected:
     description:
       - Variable name to required value. A null value means report only. Default the field guide's recommendation
