@@ -15,7 +15,7 @@ __metaclass__ = type
 import statistics
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
 CHECK = "train_dryrun"
 OOM_REMEDIES = (
@@ -82,6 +82,7 @@ def failure_findings(result, host, severity):
     return out
 
 
+@judge_door(CHECK)
 def judge(result, t, host):
     """[finding] for one train_dryrun result. Threshold: gpufleet_dryrun_slow_rank_factor."""
     tool = result.get("tool") or {}

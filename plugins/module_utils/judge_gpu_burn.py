@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
 CHECK = "gpu_burn"
 
@@ -77,6 +77,7 @@ def _gpu_findings(entry, host):
     return []
 
 
+@judge_door(CHECK)
 def judge(result, t, host, expected_gpus=None):
     """[finding] for one gpu_burn result. expected_gpus: how many GPUs the burn should have initialised."""
     out = could_not_run(result, CHECK, host)
@@ -143,6 +144,7 @@ def judge(result, t, host, expected_gpus=None):
     return out
 
 
+@judge_door(CHECK, empty=lambda: ([], {}), takes_t=False)
 def figures(result):
     """Per GPU: mean and best Gflop/s, errors, temperature; and the Gflop/s series for the chart."""
     per, series = [], {}

@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_sample"
 MAX_SERIES_POINTS = 240
@@ -64,6 +65,7 @@ def downsample(points, limit=MAX_SERIES_POINTS):
     return [points[int(i * stride)] for i in range(limit)]
 
 
+@judge_door(CHECK, empty=lambda: ([], {}))
 def figures(result, t):
     """Per GPU: max temperature and power, seconds above the limit, best PCIe link under load, loaded samples,
     throttle reasons seen; plus the temperature series for the chart. ([per_gpu], {index: [[t, temp]]})."""
@@ -100,6 +102,7 @@ def figures(result, t):
     return per, series
 
 
+@judge_door(CHECK)
 def judge(result, t, host):
     """[finding] for one gpu_sample result."""
     out = []

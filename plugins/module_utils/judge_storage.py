@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import assess_health
 
 CHECK = "checkpoint_storage"
@@ -60,6 +61,7 @@ def _space(result, t, host, given):
         return [_storage("error", host, "statvfs(%s) failed: %s" % (given, space["error"]))]
     free_gb = space.get("free_gb")
     size, keep = job.get("checkpoint_size_gb"), job.get("keep")
+    keep = 1 if keep is None else keep  # unknown: at least the checkpoint being written
     if free_gb is not None and size:
         required = size * keep * (1 + t["gpufleet_storage_margin_pct"] / 100.0)
         if free_gb < required:
@@ -75,6 +77,11 @@ def _space(result, t, host, given):
     return out
 
 
+def _no_figures():
+    return {"estimated_checkpoint_s": None, "overhead_pct": None, "worst_case_lost_min": None, "write_mb_per_s": None}
+
+
+@judge_door(CHECK, empty=_no_figures, takes_t=False)
 def figures(result):
     """Estimated seconds per checkpoint and its overhead at the job's interval, from the measured write rate."""
     job = result.get("job") or {}
@@ -88,6 +95,7 @@ def figures(result):
     return out
 
 
+@judge_door(CHECK)
 def judge(result, t, host):
     """[finding] for one checkpoint_storage result."""
     path = result.get("path") or {}

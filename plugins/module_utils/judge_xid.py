@@ -16,8 +16,10 @@ import datetime
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import xid_policy
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import BAD_SHAPE, complete, unreadable
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
+CHECK = "xid_facts"
 MAX_TIMELINE = 300
 
 BUCKET_WORDS = {
@@ -91,13 +93,24 @@ class _Lost:
 
 
 def judge(events, lost, t, host, gpus=None):
-    """(findings, timeline).
+    """(findings, timeline). Never raises: events or lost of the wrong shape give one CHECK_ERROR finding.
 
     events: xid_facts events of the run (deduplicated by the caller); lost: [{index, pci, time_s, line, why}] from every
     source that saw a GPU vanish (xid_facts lost_gpus, nvidia-smi "GPU is lost", the sampler, the burn); gpus:
     {pci: index} of the GPUs nvidia-smi showed. Thresholds: gpufleet_lost_xids, gpufleet_rma_xids,
     gpufleet_ecc_leak_xids, gpufleet_xid_severity_overrides, gpufleet_psu_rails, gpufleet_psu_loss_window_s.
     """
+    for name, value in (("events", events), ("lost", lost)):
+        if not isinstance(value, (list, tuple)):
+            return [unreadable(CHECK, host, "%s is %s, not a list" % (name, type(value).__name__))], []
+    try:
+        return _judge(events, lost, complete(t), host, gpus)
+    except BAD_SHAPE as exc:
+        return [unreadable(CHECK, host, "%s: %s (a value of the wrong type or a missing key)" % (
+            type(exc).__name__, exc))], []
+
+
+def _judge(events, lost, t, host, gpus):
     gpus = dict(gpus or {})
     overrides = dict((int(k), v) for k, v in (t.get("gpufleet_xid_severity_overrides") or {}).items())
     tracker = _Lost(gpus, host)
@@ -168,7 +181,18 @@ def judge(events, lost, t, host, gpus=None):
 
 def judge_init_failures(init_failures, host, gpus=None):
     """GPU_INIT_FAILED for each GPU the driver could not initialise (RmInitAdapter failed): the GPU is on the bus but
-    unusable; usually power, the riser/PCIe link or the wrong kernel module flavour, sometimes the card."""
+    unusable; usually power, the riser/PCIe link or the wrong kernel module flavour, sometimes the card. Never raises."""
+    if not isinstance(init_failures, (list, tuple)):
+        return [] if init_failures is None else [unreadable(CHECK, host, "init_failures is %s, not a list" % (
+            type(init_failures).__name__))]
+    try:
+        return _init_failures(init_failures, host, gpus)
+    except BAD_SHAPE as exc:
+        return [unreadable(CHECK, host, "%s: %s (a value of the wrong type or a missing key)" % (
+            type(exc).__name__, exc))]
+
+
+def _init_failures(init_failures, host, gpus):
     gpus = dict(gpus or {})
     out = []
     for item in init_failures or []:
