@@ -44,7 +44,12 @@ def _seconds_above(rows, limit, interval):
         return 0.0
     times = [r["_t"] for r in rows]
     steps = sorted(times[i + 1] - times[i] for i in range(len(times) - 1) if times[i + 1] > times[i])
-    step = steps[len(steps) // 2] if steps else (interval or 1.0)
+    # A sample stands until the next one, for at most 3 sampling steps. The step is the configured interval, or the
+    # spacing the samples really had when nvidia-smi was slower (the lower median, read from 3 steps or more, so one
+    # stall of the sampler never becomes the step and is never counted as time above the limit).
+    interval = interval if isinstance(interval, (int, float)) and interval > 0 else 0.0
+    typical = steps[(len(steps) - 1) // 2] if len(steps) >= 3 else 0.0
+    step = max(interval, typical) or (steps[0] if steps else 1.0)
     total = 0.0
     for i, row in enumerate(rows):
         temp = row.get("temperature_c")
