@@ -15,7 +15,7 @@ __metaclass__ = type
 import statistics
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door, unreadable
 
 CHECK = "train_dryrun"
 OOM_REMEDIES = (
@@ -97,6 +97,8 @@ def judge(result, t, host):
     if out or result.get("not_run"):
         return out
     rc = tool.get("rc")
+    if rc is None:  # neither ran nor said why: no verdict, rather than "failed with rc None"
+        return [unreadable(CHECK, host, "the result has no exit status of torchrun and no reason it did not run")]
     script = "the shipped dry-run script" if result.get("script") == "shipped" else result.get("entrypoint")
     fix = "fix the training entrypoint or its environment on %s" % host
     if rc != 0:

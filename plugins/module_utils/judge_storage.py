@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door, unreadable
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import assess_health
 
 CHECK = "checkpoint_storage"
@@ -100,6 +100,8 @@ def judge(result, t, host):
     """[finding] for one checkpoint_storage result."""
     path = result.get("path") or {}
     given = path.get("given") or "the checkpoint directory"
+    if path.get("exists") is None:  # not looked at: no claim either way
+        return [unreadable(CHECK, host, "the result does not say whether %s exists" % given)]
     if not path.get("exists"):
         return [_storage("fail", host, "%s does not exist: create it (the kentino.gpufleet.training_env role creates "
                          "it) or fix the checkpoint path" % given)]
