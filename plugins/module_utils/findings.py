@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
+
 # Check verdicts, ascending. A proven failure outranks "could not run": it carries evidence and an action, while
 # error only says "unknown". skipped outranks pass so a run that skipped work never reads as a clean pass.
 VERDICT_ORDER = ("pass", "skipped", "warn", "error", "fail")
@@ -52,8 +54,11 @@ def lines(values, limit=MAX_EVIDENCE_LINES):
 
 
 def finding(severity, code, message, action, evidence=None, gpu=None, pci=None):
-    return {"severity": severity, "code": code, "gpu": gpu, "pci": pci, "message": message, "action": action,
-            "evidence": lines(evidence)}
+    # The report joins findings to GPUs by index and PCI address: a value of another shape (from a malformed result)
+    # names no GPU rather than a wrong one.
+    gpu = gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None
+    return {"severity": severity, "code": code, "gpu": gpu, "pci": normalize_pci(pci), "message": message,
+            "action": action, "evidence": lines(evidence)}
 
 
 def gpu_label(host, index=None, pci=None):

@@ -12,6 +12,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
+
+CHECK = "gpu_facts"
 
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
@@ -48,6 +51,7 @@ def refusal_reason(busy):
         str(b["index"]) for b in busy)
 
 
+@judge_door(CHECK, shape=list)
 def judge(gpus, t, host):
     out = []
     for busy in busy_gpus(gpus, t["gpufleet_busy_ignore_processes"]):

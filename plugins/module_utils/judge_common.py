@@ -1,12 +1,65 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""What every check judge does first: a tool that could not run, or a check that was not run (stdlib only)."""
+"""What every check judge does first: a tool that could not run, or a check that was not run; and the door every judge
+goes through, so that a result of the wrong shape is an error finding, never an exception (stdlib only)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import functools
+
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULTS
+
+# What a result of the wrong shape raises inside a judge: a missing key, None where a number belongs, a string where a
+# list belongs. Caught at the judge's door, so one bad result never loses the node's other checks or its report.
+BAD_SHAPE = (AttributeError, KeyError, IndexError, TypeError, ValueError)
+
+
+def complete(t):
+    """The thresholds a judge reads: those given over the defaults (None = unset, as in thresholds.resolve), so a
+    module that passes only its own options still gets every name."""
+    out = dict(DEFAULTS)
+    if isinstance(t, dict):
+        out.update((k, v) for k, v in t.items() if v is not None)
+    return out
+
+
+def unreadable(check, host, why):
+    """The error finding of a result the judge cannot read: no verdict, and the reason."""
+    return finding("error", "CHECK_ERROR", "%s: the %s result could not be judged: %s" % (host, check, why),
+                   "rerun %s on %s with this collection's module; if it persists, report a kentino.gpufleet bug with "
+                   "the result" % (check, host), [why])
+
+
+def judge_door(check, shape=dict, empty=None, takes_t=True):
+    """Decorator for judge(result, t, host, ...) and figures(result, ...): completes the thresholds (the argument
+    after the result, when takes_t) and answers a result that is not a `shape`, or that raises BAD_SHAPE, with one
+    CHECK_ERROR finding (judges) or with empty() (figures, when `empty` is given), instead of an exception."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def door(result, *args, **kwargs):
+            if takes_t and args:
+                args = (complete(args[0]),) + tuple(args[1:])
+            host = str(args[1]) if len(args) > 1 else str(kwargs.get("host", "this node"))
+            if not isinstance(result, shape):
+                if empty is not None:
+                    return empty()
+                return [unreadable(check, host, "it is %s, not %s" % (
+                    type(result).__name__, "a mapping" if shape is dict else "a list"))]
+            try:
+                return fn(result, *args, **kwargs)
+            except BAD_SHAPE as exc:
+                if empty is not None:
+                    return empty()
+                return [unreadable(check, host, "%s: %s (a value of the wrong type or a missing key)" % (
+                    type(exc).__name__, exc))]
+
+        return door
+
+    return wrap
 
 # code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
@@ -21,7 +74,8 @@ def could_not_run(result, check, host):
     if tool.get("error"):
         reason = "%s could not run: %s" % (check, tool["error"])
     elif tool.get("timed_out"):
-        reason = ("%s timed out after %s s and was killed with its process group (a hung GPU or tool; raise the "
+        # duration_s includes the kill's grace period, so it is not the timeout the operator set: say what it is.
+        reason = ("%s timed out: killed with its process group after running %s s (a hung GPU or tool; raise the "
                   "timeout if the run is legitimately longer)" % (check, tool.get("duration_s")))
     else:
         return []
@@ -35,6 +89,8 @@ def could_not_run(result, check, host):
 
 
 def fmt_size(size):
+    if not isinstance(size, int) or isinstance(size, bool):
+        return "? B" if size is None else "%s B" % (size,)
     for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= factor and size % factor == 0:
             return "%d %s" % (size // factor, unit)

@@ -19,7 +19,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.dcgm_diag_json im
     TEST_LEVELS,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
 CHECK = "dcgm_diag"
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
@@ -84,6 +84,7 @@ def _not_verified(result, host):
     return []
 
 
+@judge_door(CHECK)
 def judge(result, t, host, pci_of=None):
     """[finding] for one dcgm_diag result (no thresholds: DCGM's own pass/warn/fail per test). pci_of: {GPU index:
     PCI address} to name the GPUs (DCGM numbers them as nvidia-smi does)."""
@@ -108,7 +109,7 @@ def judge(result, t, host, pci_of=None):
     for test in tests:
         for gpu in test.get("gpus") or []:
             if gpu.get("status") in ("fail", "warn", "error"):
-                per_gpu.setdefault(gpu["index"], []).append((test, gpu))
+                per_gpu.setdefault(gpu.get("index"), []).append((test, gpu))
         for entity in test.get("entities") or []:
             if entity.get("status") in ("fail", "warn", "error"):
                 messages = _messages(entity)
@@ -118,14 +119,14 @@ def judge(result, t, host, pci_of=None):
                                    "%s" % (host, test.get("name"), entity["status"], where,
                                            "; ".join(messages) or "no detail"),
                                    "rerun dcgmi diag -r 3 on %s and act on the test it names" % host, messages))
-    for index in sorted(per_gpu):
+    for index in sorted(per_gpu, key=lambda i: (i is None, i if isinstance(i, int) else 0)):
         items = per_gpu[index]
         status = "fail" if any(g["status"] == "fail" for _, g in items) else (
             "error" if any(g["status"] == "error" for _, g in items) else "warn")
         pci = (pci_of or {}).get(index)
         label = gpu_label(host, index, pci)
         messages = [m for _, g in items for m in _messages(g)]
-        names = ", ".join(x.get("name") for x, _ in items)
+        names = ", ".join(str(x.get("name") or x.get("key") or "?") for x, _ in items)
         action = {"fail": "rerun dcgmi diag -r 3 -i %s; if it fails again replace the card (RMA) with the DCGM log"
                           % index,
                   "warn": "watch %s: rerun dcgmi diag at the next maintenance" % label,

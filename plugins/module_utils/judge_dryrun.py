@@ -15,7 +15,7 @@ __metaclass__ = type
 import statistics
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door, unreadable
 
 CHECK = "train_dryrun"
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
@@ -90,6 +90,7 @@ def failure_findings(result, host, severity):
     return out
 
 
+@judge_door(CHECK)
 def judge(result, t, host):
     """[finding] for one train_dryrun result. Threshold: gpufleet_dryrun_slow_rank_factor."""
     tool = result.get("tool") or {}
@@ -104,6 +105,8 @@ def judge(result, t, host):
     if out or result.get("not_run"):
         return out
     rc = tool.get("rc")
+    if rc is None:  # neither ran nor said why: no verdict, rather than "failed with rc None"
+        return [unreadable(CHECK, host, "the result has no exit status of torchrun and no reason it did not run")]
     script = "the shipped dry-run script" if result.get("script") == "shipped" else result.get("entrypoint")
     fix = "fix the training entrypoint or its environment on %s" % host
     if rc != 0:

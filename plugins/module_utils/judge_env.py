@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "training_env_facts"
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
@@ -40,13 +41,18 @@ def satisfies(name, actual, expected):
     return actual == str(expected)
 
 
+def _by_name(result):
+    """{name: variable} of the variables that carry a name (an entry without one names nothing to judge)."""
+    return dict((v["name"], v) for v in result.get("variables") or [] if isinstance(v.get("name"), str))
+
+
 def statuses(result, expected):
     """{name: status} per variable: ok, missing, wrong, systemd_missing, deprecated, set, unset, unknown, not_read."""
     out = {}
     sources = result.get("sources") or {}
     login_read = (sources.get("login_shell") or {}).get("read")
     systemd_read = (sources.get("systemd") or {}).get("read")
-    by_name = dict((v["name"], v) for v in result.get("variables") or [])
+    by_name = _by_name(result)
     for name in sorted(set(by_name) | set(n for n, v in expected.items() if v is not None)):
         var = by_name.get(name)
         want = expected.get(name)
@@ -72,6 +78,7 @@ def statuses(result, expected):
     return out
 
 
+@judge_door(CHECK)
 def judge(result, t, host):
     """[finding] for one training_env_facts result, against gpufleet_env_expected."""
     expected = t["gpufleet_env_expected"]
@@ -83,7 +90,7 @@ def judge(result, t, host):
         out.append(finding("error", "ENV_UNREADABLE", "%s: %s" % (host, login.get("error") or "login shell not read"),
                            "make %s's login shell readable on %s (become: true to read another user's)" % (user, host),
                            [login.get("error")]))
-    by_name = dict((v["name"], v) for v in result.get("variables") or [])
+    by_name = _by_name(result)
     for name, status in sorted(statuses(result, expected).items()):
         var = by_name.get(name) or {}
         want = expected.get(name)

@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
 CHECK = "gpu_burn"
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
@@ -32,14 +32,29 @@ def _rerun(label):
 def _setup_errors(result, host):
     out = []
     action = "fix the gpu_burn installation or the driver on %s (nvidia-smi must work), then rerun" % host
+    seen = set()  # gpu_burn prints the same set-up failure once per GPU: one finding per distinct line
     for line in result.get("cuda_failures") or []:
+        if line in seen:
+            continue
+        seen.add(line)
         out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn could not use CUDA (%s)" % (host, line), action,
                            [line]))
     for line in result.get("init_failures") or []:
-        if "compare kernel" in line or "compare.ptx" in line:
+        if ("compare kernel" in line or "compare.ptx" in line) and line not in seen:
+            seen.add(line)
             out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn cannot find its compare kernel (%s)" % (
                 host, line), "run it from the directory holding compare.ptx (option chdir) on %s" % host, [line]))
     return out
+
+
+def _final_line(entry):
+    """The GPU's line of the final summary ("GPU n: OK|FAULTY", n being gpu_burn's device), else its figures: a
+    finding always quotes what it rests on."""
+    if entry.get("final"):
+        return "GPU %s: %s" % (entry.get("cuda_index"), entry["final"])
+    return "gpu_burn device %s: initialised=%s proc'd=%s gflops_max=%s errors=%s" % (
+        entry.get("cuda_index"), entry.get("initialised"), entry.get("processed"), entry.get("gflops_max"),
+        entry.get("errors"))
 
 
 def _gpu_findings(entry, host):
@@ -48,7 +63,7 @@ def _gpu_findings(entry, host):
     if entry.get("cuda_index") not in (None, index):
         label += " (gpu_burn device %s)" % entry["cuda_index"]
     status = entry.get("status")
-    evidence = [entry.get("died_line") or entry.get("first_error_line") or entry.get("final_line")]
+    evidence = [entry.get("died_line") or entry.get("first_error_line") or _final_line(entry)]
     if status == "not_initialised":
         return [finding("fail", "BURN_FAULTY", "%s appears in gpu_burn's output but was never initialised" % label,
                         _rerun(label), evidence, index, pci)]
@@ -69,6 +84,7 @@ def _gpu_findings(entry, host):
     return []
 
 
+@judge_door(CHECK)
 def judge(result, t, host, expected_gpus=None):
     """[finding] for one gpu_burn result. expected_gpus: how many GPUs the burn should have initialised."""
     out = could_not_run(result, CHECK, host)
@@ -135,6 +151,7 @@ def judge(result, t, host, expected_gpus=None):
     return out
 
 
+@judge_door(CHECK, empty=lambda: ([], {}), takes_t=False)
 def figures(result):
     """Per GPU: mean and best Gflop/s, errors, temperature; and the Gflop/s series for the chart."""
     per, series = [], {}

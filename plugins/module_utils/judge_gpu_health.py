@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_facts"
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
@@ -31,7 +32,7 @@ UNREADABLE_KINDS = ("tool_missing", "tool_error", "parser_error", "unparsable_ou
 
 def _counters(gpu, t, host):
     out = []
-    index, pci = gpu["index"], gpu.get("pci")
+    index, pci = gpu.get("index"), gpu.get("pci")
     label = gpu_label(host, index, pci)
     rma = "replace the card (RMA): %s" % label
     pages = (gpu.get("retired_pages_sbe") or 0) + (gpu.get("retired_pages_dbe") or 0)
@@ -74,6 +75,7 @@ def expected_count(facts, t):
     return None, None
 
 
+@judge_door(CHECK)
 def judge(facts, t, host, lost_pcis=()):
     """[finding] for the gpufleet_* facts of gpu_facts. lost_pcis: GPUs already known lost (judged as GPU_LOST)."""
     out = []
@@ -81,13 +83,13 @@ def judge(facts, t, host, lost_pcis=()):
     unreadable = [p for p in facts.get("gpufleet_gpu_problems") or [] if p.get("kind") in UNREADABLE_KINDS]
     for problem in unreadable[:3]:
         out.append(finding("error", "GPU_FACTS_UNREADABLE", "%s: nvidia-smi could not be read (%s): %s" % (
-            host, problem["kind"], problem["message"]),
+            host, problem.get("kind"), problem.get("message")),
             "fix nvidia-smi on %s (driver loaded? `nvidia-smi` by hand), then rerun; unreadable is not healthy"
-            % host, [problem.get("line") or problem["message"]], pci=problem.get("pci")))
+            % host, [problem.get("line") or problem.get("message")], pci=problem.get("pci")))
     for gpu in gpus:
         out.extend(_counters(gpu, t, host))
     expected, source = expected_count(facts, t)
-    seen = set(g["pci"] for g in gpus)
+    seen = set(g.get("pci") for g in gpus)
     lost = set(lost_pcis) - seen
     count = len(gpus)
     if expected is not None and count + len(lost) < expected:
@@ -96,5 +98,5 @@ def judge(facts, t, host, lost_pcis=()):
         out.append(finding("fail", "GPU_MISSING", "%s shows %d GPU(s)%s, %d expected (%s)%s" % (
             host, count, " + %d lost" % len(lost) if lost else "", expected, source, where),
             "reseat the risers and recable GPU power of the missing GPUs on %s, check lspci, then rerun" % host,
-            ["nvidia-smi GPUs: %s" % (", ".join("%d=%s" % (g["index"], g["pci"]) for g in gpus) or "none")]))
+            ["nvidia-smi GPUs: %s" % (", ".join("%s=%s" % (g.get("index"), g.get("pci")) for g in gpus) or "none")]))
     return out

@@ -13,7 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, fmt_size
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, fmt_size, judge_door
 
 CHECK = "nccl_test"
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
@@ -72,6 +72,7 @@ def _next_step_exceeds(result, largest):
     return bool(factor and factor > 1 and largest * factor > header.get("max_bytes", 0))
 
 
+@judge_door(CHECK)
 def judge(result, t, host, gpu_names=None, sources=None):
     """[finding] for one nccl_test result. gpu_names: the node's GPU models (else those in the tool's header)."""
     out = could_not_run(result, CHECK, host)
@@ -99,7 +100,7 @@ def judge(result, t, host, gpu_names=None, sources=None):
     if bad:
         out.append(finding("fail", "NCCL_WRONG_VALUES", "%s: %d wrong values in the collective results (sizes %s): "
                            "data corrupted between GPUs" % (host, result.get("wrong_values") or 0,
-                                                            ", ".join(fmt_size(r["size_bytes"]) for r in bad[:5])),
+                                                            ", ".join(fmt_size(r.get("size_bytes")) for r in bad[:5])),
                            "check the links (NVLink/PCIe risers) of %s and rerun per GPU pair" % host,
                            [_line(r) for r in bad[:5]]))
     if result.get("out_of_bounds"):
@@ -156,6 +157,12 @@ def _bandwidth(result, rows, t, host, gpu_names, sources):
     return out
 
 
+def _no_figures():
+    return {"busbw_gbps": None, "min_busbw_gbps": None, "threshold_source": "the result could not be read",
+            "avg_busbw_gbps": None, "largest_size_bytes": None}
+
+
+@judge_door(CHECK, empty=_no_figures)
 def figures(result, t, gpu_names=None, sources=None):
     """The figures the report shows beside the verdict: measured, threshold and where it came from."""
     names = list(gpu_names or []) or [g.get("name") for g in result.get("gpus") or [] if g.get("name")]

@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_sample"
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
@@ -50,8 +51,13 @@ def _seconds_above(rows, limit, interval):
     if not rows:
         return 0.0
     times = [r["_t"] for r in rows]
-    steps = sorted(b - a for a, b in zip(times, times[1:]) if b > a)
-    step = steps[len(steps) // 2] if steps else (interval or 1.0)
+    steps = sorted(times[i + 1] - times[i] for i in range(len(times) - 1) if times[i + 1] > times[i])
+    # A sample stands until the next one, for at most 3 sampling steps. The step is the configured interval, or the
+    # spacing the samples really had when nvidia-smi was slower (the lower median, read from 3 steps or more, so one
+    # stall of the sampler never becomes the step and is never counted as time above the limit).
+    interval = interval if isinstance(interval, (int, float)) and interval > 0 else 0.0
+    typical = steps[(len(steps) - 1) // 2] if len(steps) >= 3 else 0.0
+    step = max(interval, typical) or (steps[0] if steps else 1.0)
     total = 0.0
     for i, row in enumerate(rows):
         temp = row.get("temperature_c")
@@ -72,6 +78,7 @@ def downsample(points, limit=MAX_SERIES_POINTS):
     return [points[int(i * stride)] for i in range(limit)]
 
 
+@judge_door(CHECK, empty=lambda: ([], {}))
 def figures(result, t):
     """Per GPU: max temperature and power, seconds above the limit, best PCIe link under load, loaded samples,
     throttle reasons seen; plus the temperature series for the chart. ([per_gpu], {index: [[t, temp]]})."""
@@ -108,6 +115,7 @@ def figures(result, t):
     return per, series
 
 
+@judge_door(CHECK)
 def judge(result, t, host):
     """[finding] for one gpu_sample result."""
     out = []
@@ -127,8 +135,8 @@ def judge(result, t, host):
                                "spacing" % label, [_line(r) for r in hot[:5]], index, pci))
         throttled = [r for r in rows if _thermal(r.get("throttle_reasons"))]
         if throttled:
-            out.append(finding("warn", "THERMAL_THROTTLE", "%s throttled for temperature in %d of %d samples under "
-                               "load" % (label, len(throttled), len(rows)),
+            out.append(finding("warn", "THERMAL_THROTTLE", "%s throttled for temperature in %d of %d samples" % (
+                               label, len(throttled), len(rows)),
                                "check the airflow around %s (fans, blanking panels, inlet temperature)" % label,
                                [_line(r) for r in throttled[:5]], index, pci))
         gen, width = fig["pcie_gen_under_load"], fig["pcie_width_under_load"]

@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door, unreadable
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import assess_health
 
 CHECK = "checkpoint_storage"
@@ -36,12 +37,14 @@ def _storage(severity, host, message, evidence=None):
                    "fix the checkpoint storage on %s: %s" % (host, message), evidence)
 
 
-def _write_failure(res, path, user):
+def _write_failure(res, path, user, owner_mode=None):
+    """(message, raw line) of a failed write test; owner_mode: the directory's owner and mode (the module's
+    path.owner_mode), so a permission failure names who may write there."""
     err, stage = res.get("errno"), res.get("stage")
     raw = "%s: %s (%s) at %s" % (path, res.get("error"), err, stage)
     if err in ("EACCES", "EPERM"):
         return "%s is not writable by %s (uid %s): %s; chown/chmod it for the training user or run as its owner" % (
-            path, user.get("name"), user.get("uid"), res.get("owner_mode") or "owner unknown"), raw
+            path, user.get("name"), user.get("uid"), owner_mode or "owner unknown"), raw
     if err == "EROFS":
         return "%s is on a read-only filesystem: %s" % (path, READ_ONLY_ACTION), raw
     if err in ("ENOSPC", "EDQUOT"):
@@ -66,6 +69,7 @@ def _space(result, t, host, given):
         return [_storage("error", host, "statvfs(%s) failed: %s" % (given, space["error"]))]
     free_gb = space.get("free_gb")
     size, keep = job.get("checkpoint_size_gb"), job.get("keep")
+    keep = 1 if keep is None else keep  # unknown: at least the checkpoint being written
     if free_gb is not None and size:
         required = size * keep * (1 + t["gpufleet_storage_margin_pct"] / 100.0)
         if free_gb < required:
@@ -81,6 +85,11 @@ def _space(result, t, host, given):
     return out
 
 
+def _no_figures():
+    return {"estimated_checkpoint_s": None, "overhead_pct": None, "worst_case_lost_min": None, "write_mb_per_s": None}
+
+
+@judge_door(CHECK, empty=_no_figures, takes_t=False)
 def figures(result):
     """Estimated seconds per checkpoint and its overhead at the job's interval, from the measured write rate."""
     job = result.get("job") or {}
@@ -94,10 +103,13 @@ def figures(result):
     return out
 
 
+@judge_door(CHECK)
 def judge(result, t, host):
     """[finding] for one checkpoint_storage result."""
     path = result.get("path") or {}
     given = path.get("given") or "the checkpoint directory"
+    if path.get("exists") is None:  # not looked at: no claim either way
+        return [unreadable(CHECK, host, "the result does not say whether %s exists" % given)]
     if not path.get("exists"):
         return [_storage("fail", host, "%s does not exist: create it (the kentino.gpufleet.training_env role creates "
                          "it) or fix the checkpoint path" % given)]
@@ -115,7 +127,7 @@ def judge(result, t, host):
         out.append(_storage("fail", host, "%s is not writable by %s (uid %s): %s" % (
             given, user.get("name"), user.get("uid"), path.get("owner_mode") or "owner unknown")))
     if wt.get("error"):
-        message, raw = _write_failure(wt, given, user)
+        message, raw = _write_failure(wt, given, user, path.get("owner_mode"))
         out.append(_storage("fail", host, message, [raw]))
     fig = figures(result)
     job = result.get("job") or {}

@@ -16,8 +16,10 @@ import datetime
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import xid_policy
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import BAD_SHAPE, complete, unreadable
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
+CHECK = "xid_facts"
 MAX_TIMELINE = 300
 
 BUCKET_WORDS = {
@@ -80,6 +82,8 @@ class _Lost:
 
     def mark(self, index, pci, when, line, why):
         pci = normalize_pci(pci) if pci else None
+        index = index if isinstance(index, int) and not isinstance(index, bool) else None
+        when = when if isinstance(when, (int, float)) and not isinstance(when, bool) else None
         if index is None and pci:
             index = self.gpus.get(pci)
         key = index if index is not None else (pci or "?%d" % len(self.entries))
@@ -106,39 +110,62 @@ class _Lost:
 
 
 def judge(events, lost, t, host, gpus=None):
-    """(findings, timeline).
+    """(findings, timeline). Never raises: events or lost of the wrong shape give one CHECK_ERROR finding.
 
     events: xid_facts events of the run (deduplicated by the caller); lost: [{index, pci, time_s, line, why}] from every
     source that saw a GPU vanish (xid_facts lost_gpus, nvidia-smi "GPU is lost", the sampler, the burn); gpus:
     {pci: index} of the GPUs nvidia-smi showed. Thresholds: gpufleet_lost_xids, gpufleet_rma_xids,
     gpufleet_ecc_leak_xids, gpufleet_xid_severity_overrides, gpufleet_psu_rails, gpufleet_psu_loss_window_s.
     """
+    for name, value in (("events", events), ("lost", lost)):
+        if not isinstance(value, (list, tuple)):
+            return [unreadable(CHECK, host, "%s is %s, not a list" % (name, type(value).__name__))], []
+    try:
+        return _judge(events, lost, complete(t), host, gpus)
+    except BAD_SHAPE as exc:
+        return [unreadable(CHECK, host, "%s: %s (a value of the wrong type or a missing key)" % (
+            type(exc).__name__, exc))], []
+
+
+def _classify(event, gpus, overrides, t, tracker, timeline, rma, leak, other):
+    """Put one XID event on the timeline and in the bucket its code belongs to."""
+    code = event.get("xid")
+    pci = normalize_pci(event.get("pci")) if event.get("pci") else None
+    index = gpus.get(pci) if pci else None
+    when = event_time(event)
+    line = str(event.get("line") or "XID %s at %s" % (code, pci))
+    level, basis = xid_policy.severity(code, event.get("details"), event.get("correlated_with"), overrides)
+    timeline.append({"time_s": when, "xid": code, "gpu": index, "pci": pci, "severity": level,
+                     "message": line[:300]})
+    if event.get("counted") is False:  # a consequence of another event (XID 45 after 79): timeline only
+        return
+    if code in t["gpufleet_lost_xids"]:
+        tracker.mark(index, pci, when, line, "XID %s" % code)
+    elif code in t["gpufleet_rma_xids"]:
+        rma.setdefault((index, pci), []).append((code, line))
+    elif code in t["gpufleet_ecc_leak_xids"]:
+        leak.setdefault((index, pci), []).append((code, line))
+    elif level in ("critical", "unknown", "warning"):
+        other.append((index, pci, code, line, level, basis, event))
+
+
+def _judge(events, lost, t, host, gpus):
     gpus = dict(gpus or {})
     overrides = dict((int(k), v) for k, v in (t.get("gpufleet_xid_severity_overrides") or {}).items())
     tracker = _Lost(gpus, host)
     timeline, rma, leak, other = [], {}, {}, []
+    skipped = []  # entries of the wrong shape: said in one error finding, never losing the others' findings
     for event in events:
-        code = event.get("xid")
-        pci = normalize_pci(event.get("pci")) if event.get("pci") else None
-        index = gpus.get(pci) if pci else None
-        when = event_time(event)
-        line = str(event.get("line") or "XID %s at %s" % (code, pci))
-        level, basis = xid_policy.severity(code, event.get("details"), event.get("correlated_with"), overrides)
-        timeline.append({"time_s": when, "xid": code, "gpu": index, "pci": pci, "severity": level,
-                         "message": line[:300]})
-        if event.get("counted") is False:  # a consequence of another event (XID 45 after 79): timeline only
-            continue
-        if code in t["gpufleet_lost_xids"]:
-            tracker.mark(index, pci, when, line, "XID %s" % code)
-        elif code in t["gpufleet_rma_xids"]:
-            rma.setdefault((index, pci), []).append((code, line))
-        elif code in t["gpufleet_ecc_leak_xids"]:
-            leak.setdefault((index, pci), []).append((code, line))
-        elif level in ("critical", "unknown", "warning"):
-            other.append((index, pci, code, line, level, basis, event))
+        try:
+            _classify(event, gpus, overrides, t, tracker, timeline, rma, leak, other)
+        except BAD_SHAPE as exc:
+            skipped.append("XID event %r: %s: %s" % (event, type(exc).__name__, exc))
     for entry in lost:
-        tracker.mark(entry.get("index"), entry.get("pci"), entry.get("time_s"), entry.get("line"),
-                     entry.get("why") or "lost")
+        try:
+            tracker.mark(entry.get("index"), entry.get("pci"), entry.get("time_s"), entry.get("line"),
+                         entry.get("why") or "lost")
+        except BAD_SHAPE as exc:
+            skipped.append("lost GPU %r: %s: %s" % (entry, type(exc).__name__, exc))
     tracker.infer_indices()
 
     findings, psu_of = _rails(tracker.entries, t, host)
@@ -177,13 +204,29 @@ def judge(events, lost, t, host, gpus=None):
                                     basis),
                                 "%s (NVIDIA XID catalog, XID %s)" % (_action_words(event), code), [line],
                                 gpu=index, pci=pci))
+    if skipped:
+        findings.append(finding("error", "CHECK_ERROR", "%s: %d XID event(s) or lost-GPU entries could not be read "
+                                "(the others are judged): %s" % (host, len(skipped), skipped[0][:200]),
+                                "rerun xid_facts on %s with this collection's module; if it persists, report a "
+                                "kentino.gpufleet bug with the result" % host, skipped))
     timeline.sort(key=lambda e: (e["time_s"] is None, e["time_s"] or 0))
     return findings, timeline[:MAX_TIMELINE]
 
 
 def judge_init_failures(init_failures, host, gpus=None):
     """GPU_INIT_FAILED for each GPU the driver could not initialise (RmInitAdapter failed): the GPU is on the bus but
-    unusable; usually power, the riser/PCIe link or the wrong kernel module flavour, sometimes the card."""
+    unusable; usually power, the riser/PCIe link or the wrong kernel module flavour, sometimes the card. Never raises."""
+    if not isinstance(init_failures, (list, tuple)):
+        return [] if init_failures is None else [unreadable(CHECK, host, "init_failures is %s, not a list" % (
+            type(init_failures).__name__))]
+    try:
+        return _init_failures(init_failures, host, gpus)
+    except BAD_SHAPE as exc:
+        return [unreadable(CHECK, host, "%s: %s (a value of the wrong type or a missing key)" % (
+            type(exc).__name__, exc))]
+
+
+def _init_failures(init_failures, host, gpus):
     gpus = dict(gpus or {})
     out = []
     for item in init_failures or []:

@@ -65,9 +65,27 @@ class Lease:
         path = os.path.join(self.jobs, "%d.json" % pgid)
         tmp = path + ".tmp"
         with open(tmp, "w") as fh:
-            json.dump({"pgid": pgid, "argv": [str(a) for a in argv], "started": time.time()}, fh)
+            json.dump({"pgid": pgid, "argv": [str(a) for a in argv], "started": time.time(),
+                       "leader_start": _start_time(pgid)}, fh)
         os.rename(tmp, path)
         return path
+
+
+def _start_time(pid):
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22), or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _ours(job):
+    """False when the group's number now belongs to another process (the recorded leader ended and the kernel
+    reused its pid for a new session): only what a run started is ever stopped. A leader that is gone while its group
+    lives on is ours: the kernel does not hand out the id of a group that still exists."""
+    now = _start_time(job["pgid"])
+    return now is None or job.get("leader_start") is None or now == job["leader_start"]
 
 
 def _group_alive(pgid):
@@ -79,7 +97,8 @@ def _group_alive(pgid):
 
 
 def recorded_jobs(state_dir, except_run_id=None):
-    """[{run_id, pgid, argv, alive}] of the process groups runs recorded (other than except_run_id)."""
+    """[{run_id, pgid, argv, leader_start, alive}] of the process groups runs recorded (other than except_run_id);
+    alive only when the group still runs AND is still the one recorded."""
     root = os.path.join(state_dir, "runs")
     out = []
     try:
@@ -97,7 +116,9 @@ def recorded_jobs(state_dir, except_run_id=None):
                 pgid = int(job["pgid"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            out.append({"run_id": run_id, "pgid": pgid, "argv": job.get("argv"), "alive": _group_alive(pgid)})
+            entry = {"run_id": run_id, "pgid": pgid, "argv": job.get("argv"), "leader_start": job.get("leader_start")}
+            entry["alive"] = _group_alive(pgid) and _ours(entry)
+            out.append(entry)
     return out
 
 

@@ -89,7 +89,12 @@ TYPE_WORDS = {
 
 
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float (a YAML typo of 400 digits) is not a usable number
+        return False
 
 
 def _is_int(value):

@@ -215,7 +215,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.mounts import (
     nvme_devices_for_source,
     read_mounts,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import parse_nvme_smart_log, parse_smartctl_json
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import (
+    parse_nvme_smart_log,
+    parse_smartctl_json,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
 MB = 1000 * 1000

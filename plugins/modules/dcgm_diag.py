@@ -159,9 +159,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
     LEASE_OPTIONS,
     TOOL_DIRS,
     exit_check,
-    open_lease,
     missing_tool_reason,
     node_name,
+    open_lease,
     planned_tool,
     tool_section,
 )

@@ -15,9 +15,11 @@ description:
     group, the whole group killed on timeout), parses its output and returns one finding per GPU.
   - The exit code and the final C(OK) lines are not trusted. A GPU passes only if it was initialised, did work
     (processed > 0 and Gflop/s > 0), had zero calculation errors in every progress frame and was not reported FAULTY.
-  - A failing GPU gives RV(verdict=fail) without failing the task, so the play carries on; a missing tool, a timeout
-    or unreadable output gives RV(verdict=error). In check mode gpu_burn is not run (RV(verdict=skipped)).
-  - Always sets E(CUDA_DEVICE_ORDER=PCI_BUS_ID) so CUDA device numbers match nvidia-smi indexes.
+  - A failing GPU gives RV(verdict=fail) with C(failed=false) so the play carries on; a missing tool, a timeout or
+    unreadable output gives RV(verdict=error). In check mode gpu_burn is not run (RV(verdict=skipped)).
+  - Always sets C(CUDA_DEVICE_ORDER=PCI_BUS_ID). The GPUs nvidia-smi can read are passed to gpu_burn by UUID in
+    C(CUDA_VISIBLE_DEVICES), so gpu_burn's device k is the k-th of them (RV(gpu_map)) and a GPU lost before the burn
+    cannot shift the others' figures. Without nvidia-smi, O(gpus) (or every device) is passed by index.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
@@ -57,7 +59,7 @@ options:
     type: str
   expected_gpus:
     description:
-      - Number of GPUs that must initialise; fewer is RV(verdict=fail). Default the length of O(gpus) when given.
+      - Number of GPUs that must initialise; fewer is RV(verdict=fail). Default the number of GPUs in RV(gpu_map).
     type: int
   chdir:
     description:
@@ -116,6 +118,7 @@ tool:
 gpus:
   description:
     - One entry per GPU seen in the output. C(status) is ok, faulty, died, not_initialised or no_work.
+    - C(index), C(pci) and C(uuid) are nvidia-smi's, from RV(gpu_map); C(cuda_index) is gpu_burn's own device number.
     - C(errors) counts calculation errors once per summary window (gpu_burn's counters are cumulative between
       summaries); C(error_frames) is the number of progress frames that showed errors.
     - C(gflops_series) is the GPU's throughput over the run, one C([percent, gflops]) pair per progress frame (0 once
@@ -129,6 +132,19 @@ gpus:
     - {index: 0, cuda_index: 0, status: ok, errors: 0, error_frames: 0, gflops_max: 7122.0, gflops_mean: 7109.9,
        max_temperature_c: 64, max_power_w: null, frames: 10, processed: 2670, final: OK, initialised: true,
        gflops_series: [[10.0, 7100.0], [20.0, 7111.0], [30.0, 7122.0]]}
+gpu_map:
+  description: gpu_burn's devices as nvidia-smi names them (cuda_index, index, pci, uuid); null without nvidia-smi.
+  returned: when gpu_burn ran
+  type: list
+  elements: dict
+gpu_map_problem:
+  description: Why the map could not be read (then devices are numbered as O(gpus) or gpu_burn gives them); else null.
+  returned: when gpu_burn ran
+  type: str
+expected_gpus:
+  description: GPUs that had to initialise (O(expected_gpus), else the map's length).
+  returned: always
+  type: int
 initialised_gpus:
   description: How many GPUs gpu_burn initialised.
   returned: when gpu_burn ran
@@ -274,10 +290,19 @@ def main():
     if not ran.error and not ran.timed_out:
         parsed = parse_gpu_burn(ran.stdout + "\n" + ran.stderr)
         by_cuda = dict((m["cuda_index"], m) for m in mapping or [])
+        # Without a map, CUDA_VISIBLE_DEVICES=<gpus> (PCI bus order) makes device k the k-th index of `gpus`.
+        visible = params["gpus"] or []
         for entry in parsed["gpus"]:
             # gpu_burn numbers its devices from 0: nvidia-smi's index and the PCI address come from the map.
             known = by_cuda.get(entry["cuda_index"])
-            entry["index"] = known["index"] if known else (None if mapping else entry["cuda_index"])
+            if known:
+                entry["index"] = known["index"]
+            elif mapping:
+                entry["index"] = None  # a device beyond the map: never guess
+            elif visible:
+                entry["index"] = visible[entry["cuda_index"]] if 0 <= entry["cuda_index"] < len(visible) else None
+            else:
+                entry["index"] = entry["cuda_index"]
             entry["pci"] = known["pci"] if known else None
             entry["uuid"] = known["uuid"] if known else None
         obs.update(gpus=parsed["gpus"], initialised_gpus=len([g for g in parsed["gpus"] if g["initialised"]]),

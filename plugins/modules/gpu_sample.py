@@ -9,16 +9,21 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: gpu_sample
-short_description: Sample GPU temperature, power, PCIe link and throttling with nvidia-smi while a load runs
+short_description: Sample GPU temperature, power, PCIe link, throttling and ECC with nvidia-smi while a load runs
 description:
   - Runs C(nvidia-smi --query-gpu) every O(interval) seconds for O(duration) seconds and returns every sample plus a
     per-GPU summary. Meant to run with C(async) next to a burn-in or NCCL test, because the PCIe link drops its
     generation at idle and throttling only shows under load.
-  - The minimum PCIe generation and width are taken only from samples where the GPU's utilisation was at least
-    O(load_threshold_pct), so an idle link at gen 1 is not mistaken for a degraded riser.
-  - Stops early and returns what it has when the GPUs become unreadable (a lost GPU, nvidia-smi failing or hanging);
-    the reason is in RV(stop_reason) and RV(problems).
-  - Judgement (what temperature or link is acceptable) is left to the rules layer.
+  - Judges the samples (module_utils/judge_samples.py) with the thresholds given as options, the same function the
+    fleet report runs with the inventory's thresholds. C(fail) when a GPU stays above O(temp_max_c) for
+    O(temp_sustained_s) or its PCIe link never reaches its rated generation/width under load; C(warn) on thermal
+    throttling or rising volatile corrected ECC; C(error) when no sample could be taken.
+  - The PCIe link is judged only from samples where the GPU's utilisation was at least O(load_util_min_pct), and by
+    the best link seen there, so an idle link at gen 1 or a momentary dip is not mistaken for a degraded riser.
+  - A GPU that is lost during the run (RV(problems) kind C(lost)) keeps the samples taken before; the other GPUs are
+    sampled for the whole duration. Sampling stops early after 3 samples in a row without any GPU (the driver gone,
+    nvidia-smi failing), with the reason in RV(stop_reason).
+  - Read-only; runs in check mode.
 version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
@@ -107,16 +112,37 @@ EXAMPLES = r"""
   kentino.gpufleet.gpu_sample:
     duration: 30
     interval: 1
-    temperature_threshold_c: 83
-    load_threshold_pct: 80
+    temp_max_c: 83
+    temp_sustained_s: 60
+    load_util_min_pct: 80
 """
 
 RETURN = r"""
+verdict:
+  description: pass, warn, fail, error or skipped, from the samples and the thresholds given as options.
+  returned: always
+  type: str
+  sample: fail
+reasons:
+  description: One line per finding, naming the host and the GPU (index and PCI address).
+  returned: always
+  type: list
+  elements: str
+  sample: ["node03 GPU 2 (0000:3a:00) PCIe link under load is gen 3 x16, max gen 5 x16 (11 samples)"]
+evidence:
+  description: The sample lines that justify the findings.
+  returned: always
+  type: list
+  elements: str
+not_run:
+  description: Why nothing was sampled, else null.
+  returned: always
+  type: str
 samples:
   description:
     - One entry per sample; t_s is seconds since the first sample. Each GPU has index, pci, temperature_c, power_w,
-      pcie_gen_current, pcie_width_current, utilization_gpu_pct, throttle_reasons (list), memory_used_mib (null
-      when not reported).
+      pcie_gen_current, pcie_width_current, utilization_gpu_pct, throttle_reasons (list), memory_used_mib,
+      pcie_gen_max, pcie_width_max, ecc_volatile_corrected (null when not reported).
   returned: always
   type: list
   elements: dict
@@ -124,7 +150,8 @@ samples:
     - t_s: 0.0
       gpus:
         - {index: 0, pci: "0000:18:00", temperature_c: 71, power_w: 651.0, pcie_gen_current: 5,
-           pcie_width_current: 16, utilization_gpu_pct: 100, throttle_reasons: [], memory_used_mib: 70001}
+           pcie_width_current: 16, utilization_gpu_pct: 100, throttle_reasons: [], memory_used_mib: 70001,
+           pcie_gen_max: 5, pcie_width_max: 16, ecc_volatile_corrected: 0}
 per_gpu:
   description:
     - Summary per GPU over all samples, computed by the same function the fleet report uses (judge_samples.figures).
@@ -210,7 +237,7 @@ stopped_early:
   returned: always
   type: bool
 stop_reason:
-  description: Why sampling stopped early, naming the GPU where known; null otherwise.
+  description: Why sampling stopped early; null otherwise.
   returned: always
   type: str
 duration_s:

@@ -53,11 +53,18 @@ attributes:
 """
 
 EXAMPLES = r"""
-# Playbooks use kentino.gpufleet.job_wait, which calls this module; by hand it answers one poll:
-- name: Is the burn still running? (waits up to 30 s on the node)
+# Playbooks use the kentino.gpufleet.job_wait action, which calls this module on every poll:
+- name: Wait for the burn
+  kentino.gpufleet.job_wait:
+    job: "{{ __burn }}"
+
+# Called directly it waits once, here up to 30 s:
+- name: Wait up to 30 s on the node for the burn
   kentino.gpufleet.job_status:
     jid: "{{ __burn.ansible_job_id }}"
-    _async_dir: /root/.ansible_async
+    _async_dir: ~/.ansible_async
+    wait: 30
+  register: __burn_status
 """
 
 RETURN = r"""

@@ -87,19 +87,22 @@ options:
       - With O(launcher=mpirun) each variable is also exported to the ranks with C(-x NAME).
     type: dict
     default: {}
-  min_busbw_fraction:
+  min_busbw_gbps:
     description:
-      - Without O(min_busbw_gbps), the floor is the GPU model's reference bus bandwidth times this share
-        (C(gpufleet_nccl_min_busbw_fraction)); the references are listed in docs/rules.md.
+      - Minimum acceptable bus bandwidth (GB/s) at the largest size; below it the verdict is fail.
+      - Default the GPU model's single-node reference (O(reference_busbw_gbps), else the built-in table) times
+        O(min_busbw_fraction). A GPU without a reference gives verdict C(warn) (no baseline) with the figure.
+    type: float
+  min_busbw_fraction:
+    description: Share of the model's reference bus bandwidth required when O(min_busbw_gbps) is not given, in (0, 1].
     type: float
     default: 0.7
   reference_busbw_gbps:
-    description: Extra or overriding references, GPU name substring to GB/s (C(gpufleet_nccl_reference_busbw_gbps)).
+    description:
+      - Extra or overriding references, GPU name substring to GB/s (for example C(RTX 5090) to 50); the longest
+        matching name wins. Use your platform's burn-in figure.
     type: dict
     default: {}
-  min_busbw_gbps:
-    description: Minimum acceptable bus bandwidth (GB/s) at the largest size; below it the verdict is V(fail).
-    type: float
 notes:
   - O(executable) defaults to C(all_reduce_perf) on E(PATH) or in C(/opt/gpufleet/bin), where the
     C(kentino.gpufleet.validation_tools) role installs it; C(mpirun) is looked up the same way.
@@ -211,9 +214,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
     TOOL_DIRS,
     VALIDATION_TOOLS_HINT,
     exit_check,
-    open_lease,
     missing_tool_reason,
     node_name,
+    open_lease,
     planned_tool,
     tool_section,
 )

@@ -63,7 +63,7 @@ stopped:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import RUN_ID_RE, recorded_jobs, run_dir, stop_leftovers
+from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import RUN_ID_RE, run_dir, stop_leftovers
 
 
 def main():
@@ -85,8 +85,9 @@ def main():
         stopped = stop_leftovers(p["state_dir"], keep=lambda rid: rid != p["finished_run_id"],
                                  dry_run=module.check_mode)
         module.exit_json(changed=existed, stopped=stopped)
-    if module.check_mode:
-        module.exit_json(changed=False, stopped=recorded_jobs(p["state_dir"], except_run_id=p["run_id"]))
+    if module.check_mode:  # what would be stopped, in the same shape as a real run's answer
+        module.exit_json(changed=False, stopped=stop_leftovers(p["state_dir"], keep=lambda rid: rid == p["run_id"],
+                                                               dry_run=True))
     stopped = stop_leftovers(p["state_dir"], keep=lambda rid: rid == p["run_id"])
     module.exit_json(changed=bool(stopped), stopped=stopped)
 

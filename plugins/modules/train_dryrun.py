@@ -220,7 +220,6 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import tempfile
 import time
 import uuid

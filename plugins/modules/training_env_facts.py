@@ -45,8 +45,8 @@ options:
     type: str
   home:
     description:
-      - Home directory for the login shell of O(user) (only the user running the module), instead of the one in
-        C(/etc/passwd). The simulated fleet gives each node its own; real nodes leave it unset.
+      - Home directory whose login files the login shell reads, for the user running the module only (another
+        user's login is read with C(su), from its own home). Default that user's home from the password database.
     type: path
   expected:
     description:

@@ -3,12 +3,27 @@
 import os
 import time
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import node_name
 from helpers.module_runner import run_module
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+HOST = node_name()
+# nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader,nounits of a 4-GPU node whose GPU 0000:3A:00.0
+# is lost: the tool prints the error in place of its row and exits 15.
+SMI_MAP = (
+    "0, 00000000:18:00.0, GPU-aaaaaaaa-0000-0000-0000-000000000000\n"
+    "1, 00000000:2A:00.0, GPU-aaaaaaaa-0000-0000-0000-000000000001\n"
+    "Unable to determine the device handle for GPU 0000:3A:00.0: GPU is lost. Reboot the system to recover this GPU\n"
+    "3, 00000000:5D:00.0, GPU-aaaaaaaa-0000-0000-0000-000000000003\n"
+)
 
 
-def test_healthy_run(standin):
+def _burn_judge(result):
+    return judge_gpu_burn.judge, {}, {"expected_gpus": result["expected_gpus"]}
+
+
+def test_healthy_run(standin, contract):
     tool = standin("gpu_burn", "gpu_burn", "healthy_2gpu.log")
     result = run_module("gpu_burn", {"duration": 60, "expected_gpus": 2}, path_prepend=[tool.dir])
     assert result["verdict"] == "pass", result
@@ -20,12 +35,16 @@ def test_healthy_run(standin):
     assert result["tool"]["argv"] == [str(tool.path), "60"] and result["tool"]["rc"] == 0
     assert [g["status"] for g in result["gpus"]] == ["ok", "ok"]
     assert result["initialised_gpus"] == 2 and result["frames"] == 10
+    assert result["expected_gpus"] == 2 and result["burn_s"] == 60
     # the report draws each GPU's throughput over the run from this: one [percent, Gflop/s] point per frame
     assert [len(g["gflops_series"]) for g in result["gpus"]] == [10, 10]
     assert result["gpus"][0]["gflops_series"][0] == [10.0, 7100.0]
+    judge, t, kwargs = _burn_judge(result)
+    assert contract("gpu_burn", result, judge, t, **kwargs) == []
 
 
-def test_faulty_gpu_is_fail_not_failed_and_maps_indexes(standin, tmp_path):
+def test_faulty_gpu_is_fail_not_failed_and_maps_indexes(standin, tmp_path, contract):
+    # No nvidia-smi: CUDA_VISIBLE_DEVICES=2,5 in PCI bus order makes gpu_burn's device 1 nvidia-smi's GPU 5.
     tool = standin("gpu_burn", "gpu_burn", "faulty_errors_reset.log")
     args = {"executable": str(tool.path), "duration": 30, "gpus": [2, 5], "doubles": True, "tensor_cores": True,
             "memory": "80%", "chdir": str(tmp_path)}
@@ -33,9 +52,35 @@ def test_faulty_gpu_is_fail_not_failed_and_maps_indexes(standin, tmp_path):
     assert result["verdict"] == "fail" and not result.get("failed")
     assert tool.argv == ["-d", "-tc", "-m", "80%", "30"]
     assert tool.env["CUDA_VISIBLE_DEVICES"] == "2,5" and tool.cwd == str(tmp_path)
+    assert result["gpu_map"] is None and "nvidia-smi not found" in result["gpu_map_problem"]
     faulty = [g for g in result["gpus"] if g["status"] == "faulty"]
     assert [(g["index"], g["cuda_index"]) for g in faulty] == [(5, 1)]
-    assert any(r.startswith("GPU 5 (gpu_burn device 1)") for r in result["reasons"])
+    assert [g["index"] for g in result["gpus"]] == [2, 5]
+    assert any(r.startswith("%s GPU 5 (gpu_burn device 1) produced wrong results" % HOST) for r in result["reasons"])
+    judge, t, kwargs = _burn_judge(result)
+    findings = contract("gpu_burn", result, judge, t, **kwargs)
+    assert [(f["code"], f["gpu"]) for f in findings] == [("BURN_FAULTY", 5)]
+
+
+def test_devices_are_mapped_by_uuid_past_a_lost_gpu(standin, tmp_path, contract):
+    # nvidia-smi shows GPUs 0, 1 and 3 (GPU 2 is lost). gpu_burn gets GPUs 1 and 3 by UUID: its device 1 is GPU 3,
+    # never the lost GPU 2 that a count of positions would name.
+    tool = standin("gpu_burn", "gpu_burn", "faulty_errors_reset.log")
+    smi = standin("nvidia-smi")
+    smi.path.write_text('#!/bin/sh\nprintf "%s"\nexit 15\n' % SMI_MAP)
+    result = run_module("gpu_burn", {"executable": str(tool.path), "duration": 30, "gpus": [1, 3]},
+                        path_prepend=[tool.dir])
+    assert tool.env["CUDA_VISIBLE_DEVICES"] == ("GPU-aaaaaaaa-0000-0000-0000-000000000001,"
+                                                "GPU-aaaaaaaa-0000-0000-0000-000000000003")
+    assert [(m["cuda_index"], m["index"], m["pci"]) for m in result["gpu_map"]] == [(0, 1, "0000:2a:00"),
+                                                                                 (1, 3, "0000:5d:00")]
+    assert [(g["cuda_index"], g["index"], g["pci"], g["uuid"][-4:]) for g in result["gpus"]] == [
+        (0, 1, "0000:2a:00", "0001"), (1, 3, "0000:5d:00", "0003")]
+    assert result["expected_gpus"] == 2, "the map's length when expected_gpus is not given"
+    judge, t, kwargs = _burn_judge(result)
+    findings = contract("gpu_burn", result, judge, t, **kwargs)
+    assert [(f["code"], f["gpu"], f["pci"]) for f in findings] == [("BURN_FAULTY", 3, "0000:5d:00")]
+    assert findings[0]["message"].startswith("%s GPU 3 (0000:5d:00) (gpu_burn device 1)" % HOST)
 
 
 def test_deprecated_alias_cwd_still_sets_the_directory(standin, tmp_path):
@@ -49,8 +94,8 @@ def test_deprecated_alias_cwd_still_sets_the_directory(standin, tmp_path):
 def test_missing_tool_is_error_naming_the_install(tmp_path):
     result = run_module("gpu_burn", {"duration": 5}, env={"PATH": SAFE_PATH})
     assert result["verdict"] == "error" and not result.get("failed")
-    assert result["reasons"] == ["gpu_burn not found: install it with the kentino.gpufleet.validation_tools role "
-                                 "or pass executable="]
+    assert result["reasons"] == ["%s: gpu_burn could not run: gpu_burn not found: install it with the "
+                                 "kentino.gpufleet.validation_tools role or pass executable=" % HOST]
     missing = run_module("gpu_burn", {"executable": str(tmp_path / "nope" / "gpu_burn")}, env={"PATH": SAFE_PATH})
     assert missing["verdict"] == "error" and "not found" in missing["reasons"][0]
 
@@ -61,19 +106,23 @@ def test_timeout_kills_the_whole_process_group(hanging_tool, no_leftovers):
     result = run_module("gpu_burn", {"executable": str(path), "duration": 600, "timeout": 2}, timeout=60)
     elapsed = time.monotonic() - started
     assert result["verdict"] == "error" and not result.get("failed")
-    assert "timed out after 2 s" in result["reasons"][0]
-    assert result["tool"]["timed_out"] is True
+    assert "gpu_burn timed out" in result["reasons"][0] and "process group" in result["reasons"][0]
+    assert result["tool"]["timed_out"] is True and result["tool"]["duration_s"] >= 2
+    assert any("Burning for 600 seconds." in line for line in result["output_tail"]), "where it hung"
+    assert any("Burning for 600 seconds." in line for line in result["evidence"])
     # 2 s timeout + 5 s SIGTERM grace (the child ignores SIGTERM) + interpreter start-up.
     assert elapsed < 20, elapsed
     no_leftovers()
 
 
-def test_garbage_output_is_error_with_evidence(standin):
+def test_garbage_output_is_error_with_evidence(standin, contract):
     tool = standin("gpu_burn", "gpu_burn", "garbage.txt", rc=139)
     result = run_module("gpu_burn", {"executable": str(tool.path), "duration": 5})
     assert result["verdict"] == "error"
     assert "not recognised" in result["reasons"][0] and "rc=139" in result["reasons"][0]
     assert any("Segmentation fault" in line for line in result["evidence"])
+    judge, t, kwargs = _burn_judge(result)
+    assert [f["code"] for f in contract("gpu_burn", result, judge, t, **kwargs)] == ["BURN_NOT_RUN"]
 
 
 def test_check_mode_does_not_burn(standin):

@@ -2,9 +2,12 @@
 
 import time
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_nccl
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import node_name
 from helpers.module_runner import run_module
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+HOST = node_name()
 
 
 def _fake_smi(standin, count):
@@ -13,7 +16,7 @@ def _fake_smi(standin, count):
     return smi
 
 
-def test_defaults_use_every_visible_gpu(standin):
+def test_defaults_use_every_visible_gpu(standin, contract):
     tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
     _fake_smi(standin, 8)
     result = run_module("nccl_test", {}, env={"PATH": "%s:%s" % (tool.dir, SAFE_PATH)})
@@ -22,6 +25,10 @@ def test_defaults_use_every_visible_gpu(standin):
     assert result["peak_busbw_gbps"] == 377.71 and result["largest_size_bytes"] == 1 << 30
     assert len(result["rows"]) == 28 and result["wrong_values"] == 0 and len(result["gpus"]) == 8
     assert "_lines" not in result
+    # No floor given: the H100 reference (370 GB/s) x 0.7 = 259 GB/s is the default, and 377.71 passes it.
+    t = {"gpufleet_nccl_min_busbw_fraction": 0.7}
+    assert contract("nccl_test", result, judge_nccl.judge, t) == []
+    assert judge_nccl.figures(result, t)["min_busbw_gbps"] == 259.0
 
 
 def test_env_reaches_the_tool_and_sets_the_gpu_count(standin):
@@ -34,7 +41,7 @@ def test_env_reaches_the_tool_and_sets_the_gpu_count(standin):
     assert result["verdict"] == "pass"
 
 
-def test_mpirun_launcher_and_bandwidth_floor(standin):
+def test_mpirun_launcher_and_bandwidth_floor(standin, contract):
     perf = standin("all_reduce_perf")
     mpirun = standin("mpirun", "nccl", "rtx5090_pcie_mpirun.txt")
     _fake_smi(standin, 8)
@@ -44,8 +51,24 @@ def test_mpirun_launcher_and_bandwidth_floor(standin):
     assert mpirun.argv == ["-np", "8", "-x", "NCCL_P2P_LEVEL", "--allow-run-as-root", str(perf.path),
                            "-b", "8", "-e", "4G", "-f", "2", "-g", "1"]
     assert result["verdict"] == "fail" and not result.get("failed")
-    assert "28.00 GB/s at 4 GiB is below the minimum 50.00 GB/s" in result["reasons"][0]
+    assert "NCCL busbw 28.0 GB/s < 50.0 GB/s at 4 GiB" in result["reasons"][0]
     assert result["foreign_lines_in_table"] == 4 and result["avg_busbw_gbps"] == 12.1727
+    findings = contract("nccl_test", result, judge_nccl.judge, {"gpufleet_nccl_min_busbw_gbps": 50.0})
+    assert [f["code"] for f in findings] == ["NCCL_BUSBW_LOW"]
+
+
+def test_floor_options_reach_the_judge(standin, contract):
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    base = {"executable": str(tool.path), "gpus": 8}
+    # The H100 reference x 0.9 = 333 GB/s still passes; a site reference of 500 GB/s x 0.9 = 450 does not.
+    result = run_module("nccl_test", dict(base, min_busbw_fraction=0.9))
+    assert result["verdict"] == "pass", result["reasons"]
+    result = run_module("nccl_test", dict(base, min_busbw_fraction=0.9, reference_busbw_gbps={"H100": 500}))
+    assert result["verdict"] == "fail" and "< 450.0 GB/s" in result["reasons"][0]
+    t = {"gpufleet_nccl_min_busbw_fraction": 0.9, "gpufleet_nccl_reference_busbw_gbps": {"H100": 500.0}}
+    assert [f["code"] for f in contract("nccl_test", result, judge_nccl.judge, t)] == ["NCCL_BUSBW_LOW"]
+    bad = run_module("nccl_test", dict(base, min_busbw_fraction=1.5))
+    assert bad.get("failed") and "min_busbw_fraction" in bad["msg"] and tool.ran
 
 
 def test_failure_lines_and_exit_code(standin):
@@ -83,8 +106,8 @@ def test_invalid_size_is_refused_before_anything_runs(standin, tmp_path):
 def test_missing_tool(tmp_path):
     result = run_module("nccl_test", {"gpus_per_process": 2}, env={"PATH": SAFE_PATH})
     assert result["verdict"] == "error" and not result.get("failed")
-    assert result["reasons"] == ["all_reduce_perf not found: install it with the kentino.gpufleet.validation_tools "
-                                 "role or pass executable="]
+    assert result["reasons"] == ["%s: nccl_test could not run: all_reduce_perf not found: install it with the "
+                                 "kentino.gpufleet.validation_tools role or pass executable=" % HOST]
 
 
 def test_no_gpu_count_without_nvidia_smi(standin):
@@ -98,7 +121,7 @@ def test_timeout_kills_every_process(hanging_tool, no_leftovers):
     started = time.monotonic()
     result = run_module("nccl_test", {"executable": str(path), "gpus_per_process": 8, "timeout": 1}, timeout=60)
     assert time.monotonic() - started < 20
-    assert result["verdict"] == "error" and "timed out after 1 s" in result["reasons"][0]
+    assert result["verdict"] == "error" and "nccl_test timed out" in result["reasons"][0]
     assert any("nThread" in line for line in result["evidence"]), "the last output shows where it hung"
     no_leftovers()
 

@@ -10,11 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dryrun
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import node_name
 from helpers.module_runner import REPO, run_module
 
 FIX = REPO / "tests" / "fixtures" / "torch"
 ENTRY = FIX / "entrypoints"
 TORCHRUN = REPO / ".venv-torch" / "bin" / "torchrun"
+HOST = node_name()
+T = {"gpufleet_dryrun_slow_rank_factor": 2.0}  # the module's default slow_rank_factor
 needs_torch = pytest.mark.skipif(
     not TORCHRUN.exists(),
     reason=".venv-torch absent: create it with `/usr/bin/python3.11 -m venv .venv-torch && "
@@ -36,6 +40,10 @@ def replay_torchrun(tmp_path, fixture, rc):
                     % (tmp_path, FIX / fixture, rc))
 
 
+def _codes(findings):
+    return [f["code"] for f in findings]
+
+
 def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as fh:
@@ -46,7 +54,7 @@ def alive(pid):
 
 # ---------------------------------------------------------------- fast: no torch needed
 
-def test_check_mode_plans_and_runs_nothing(tmp_path):
+def test_check_mode_plans_and_runs_nothing(tmp_path, contract):
     torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
     r = run_module("train_dryrun", {"executable": str(torchrun), "nproc_per_node": "4", "master_port": 29611},
                    check_mode=True)
@@ -54,6 +62,7 @@ def test_check_mode_plans_and_runs_nothing(tmp_path):
     assert r["tool"]["argv"][:6] == [str(torchrun), "--nnodes=1", "--nproc-per-node=4", "--max-restarts=0",
                                      "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:29611"]
     assert not (tmp_path / "torchrun.argv").exists()
+    assert contract("train_dryrun", r, judge_dryrun.judge, T) == []
 
 
 def test_nproc_gpu_counts_nvidia_smi(tmp_path):
@@ -78,7 +87,7 @@ def test_nproc_gpu_without_nvidia_smi_is_one(tmp_path):
     assert r["world_size"] == 1 and any("no nvidia-smi" in n for n in r["notes"])
 
 
-def test_failing_nvidia_smi_is_error(tmp_path):
+def test_failing_nvidia_smi_is_error(tmp_path, contract):
     stand_in(tmp_path, "nvidia-smi", 'echo "Unable to determine the device handle for GPU 0000:C1:00.0: GPU is lost. '
              'Reboot the system to recover this GPU"\nexit 15\n')
     torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
@@ -86,6 +95,7 @@ def test_failing_nvidia_smi_is_error(tmp_path):
                    env={"CUDA_VISIBLE_DEVICES": ""})
     assert r["verdict"] == "error" and "GPU is lost" in r["reasons"][0]
     assert not (tmp_path / "torchrun.argv").exists()
+    assert _codes(contract("train_dryrun", r, judge_dryrun.judge, T)) == ["CHECK_ERROR"]
 
 
 def test_missing_torchrun_and_entrypoint_are_errors(tmp_path):
@@ -102,34 +112,40 @@ def test_invalid_nproc_fails_module():
     assert r.get("failed") is True and "nproc_per_node" in r["msg"]
 
 
-def test_replayed_nccl_watchdog_names_the_culprit(tmp_path):
+def test_replayed_nccl_watchdog_names_the_culprit(tmp_path, contract):
     torchrun = replay_torchrun(tmp_path, "watchdog_torch24.log", 1)
     r = run_module("train_dryrun", {"executable": str(torchrun), "nproc_per_node": "4", "timeout": 60})
     assert r["verdict"] == "fail" and not r.get("failed")
     assert r["watchdog"]["culprit_rank"] == 3
-    assert any(x.startswith("culprit: rank 3 never enqueued work 7753") for x in r["reasons"])
+    assert any(x.startswith("%s: culprit: rank 3 never enqueued work 7753" % HOST) for x in r["reasons"])
     assert any("rank 1 failed first (exitcode -6): SIGABRT" in x for x in r["reasons"])
     assert any("_REDUCE_SCATTER_BASE (seq 7753) timed out after 600000 ms" in x for x in r["reasons"])
     assert any("exitcode  : -6" in e for e in r["evidence"])
     assert r["missing_ranks"] == [0, 1, 2, 3]  # shipped script: nobody printed a result line
+    findings = contract("train_dryrun", r, judge_dryrun.judge, T)
+    assert _codes(findings) == ["DRYRUN_FAIL", "DRYRUN_NCCL_TIMEOUT", "DRYRUN_CULPRIT", "DRYRUN_FAIL"]
+    assert "never arrived" in findings[1]["action"] and "waiting for it" in findings[2]["action"]
 
 
-def test_replayed_oom_gives_remedies(tmp_path):
+def test_replayed_oom_gives_remedies(tmp_path, contract):
     torchrun = replay_torchrun(tmp_path, "oom_torch25_neighbour.log", 1)
     r = run_module("train_dryrun", {"executable": str(torchrun), "nproc_per_node": "4", "timeout": 60})
     assert r["verdict"] == "fail"
-    oom_reason = [x for x in r["reasons"] if x.startswith("CUDA out of memory in rank 3 on GPU 3")][0]
+    oom_reason = [x for x in r["reasons"] if x.startswith("%s: CUDA out of memory in rank 3 on GPU 3" % HOST)][0]
     assert "neighbour" in oom_reason and "48211,51877" in oom_reason
     assert any("expandable_segments" in x for x in r["remedies"])
     assert [(g["index"], g["status"]) for g in r["gpus"]] == [(3, "fail")]
     assert any("gradient" in x for x in r["remedies"]) and any("micro-batch" in x for x in r["remedies"])
+    findings = contract("train_dryrun", r, judge_dryrun.judge, T)
+    oom = [f for f in findings if f["code"] == "DRYRUN_OOM"]
+    assert [f["gpu"] for f in oom] == [3] and "expandable_segments" in oom[0]["action"]
 
 
 # ---------------------------------------------------------------- slow: the real torchrun, CPU torch, gloo
 
 @pytest.mark.slow
 @needs_torch
-def test_real_shipped_script_two_ranks_pass():
+def test_real_shipped_script_two_ranks_pass(contract):
     r = run_module("train_dryrun", {"executable": ".venv-torch/bin/torchrun", "nproc_per_node": "2",
                                     "backend": "gloo", "model_mb": 16, "timeout": 180})
     assert r["verdict"] == "pass", (r["reasons"], r["output_tail"])
@@ -140,29 +156,32 @@ def test_real_shipped_script_two_ranks_pass():
     assert r["step_time_s"] == max(x["step_time_s"] for x in r["ranks"])
     assert r["tool"]["rc"] == 0 and r["missing_ranks"] == [] and r["leftover_pids_killed"] == []
     assert not Path(r["entrypoint"]).exists()  # the temp script is removed
+    assert contract("train_dryrun", r, judge_dryrun.judge, T) == []
 
 
 @pytest.mark.slow
 @needs_torch
-def test_real_entrypoint_raising_on_rank1_fails_with_evidence():
+def test_real_entrypoint_raising_on_rank1_fails_with_evidence(contract):
     r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
                                     "entrypoint": str(ENTRY / "raise_on_rank1.py"), "timeout": 180})
     assert r["verdict"] == "fail"
-    assert any(x == "rank 1 failed first (exitcode 1): RuntimeError: dry-run test failure on rank 1"
+    assert any(x == "%s: rank 1 failed first (exitcode 1): RuntimeError: dry-run test failure on rank 1" % HOST
                for x in r["reasons"]), r["reasons"]
     assert r["watchdog"]["root_cause"]["rank"] == 1
     assert any("RuntimeError: dry-run test failure on rank 1" in e for e in r["evidence"])
+    assert "DRYRUN_FAIL" in _codes(contract("train_dryrun", r, judge_dryrun.judge, T))
 
 
 @pytest.mark.slow
 @needs_torch
-def test_real_stuck_collective_points_at_the_rank_that_never_arrived():
+def test_real_stuck_collective_points_at_the_rank_that_never_arrived(contract):
     r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
                                     "entrypoint": str(ENTRY / "stuck_collective.py"), "timeout": 180})
     assert r["verdict"] == "fail"
     assert r["watchdog"]["root_cause"]["rank"] == 0  # torchrun blames the rank that noticed
     assert r["watchdog"]["culprit_rank"] == 1  # the module names the one that never arrived
-    assert any(x.startswith("culprit: rank 1 reported no timeout") for x in r["reasons"])
+    assert any(x.startswith("%s: culprit: rank 1 reported no timeout" % HOST) for x in r["reasons"])
+    assert "DRYRUN_CULPRIT" in _codes(contract("train_dryrun", r, judge_dryrun.judge, T))
 
 
 @pytest.mark.slow
@@ -180,12 +199,15 @@ def test_real_oom_exception_is_recognised():
 
 @pytest.mark.slow
 @needs_torch
-def test_real_own_entrypoint_protocol_and_slow_rank_warns(tmp_path):
+def test_real_own_entrypoint_protocol_and_slow_rank_warns(tmp_path, contract):
     r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
                                     "entrypoint": str(ENTRY / "report_slow_rank.py"), "timeout": 180})
     assert r["verdict"] == "warn", r["reasons"]
-    assert any(x.startswith("rank 1 on cpu cpu took 1.000 s") for x in r["reasons"])
+    assert any(x.startswith("%s: rank 1 on cpu cpu took 1.000 s" % HOST) for x in r["reasons"])
     assert r["step_time_s"] == 1.0
+    assert _codes(contract("train_dryrun", r, judge_dryrun.judge, T)) == ["DRYRUN_SLOW_RANK"]
+    # the report's factor decides: a site tolerating 1000x stragglers gets no finding from the same run
+    assert judge_dryrun.judge(r, {"gpufleet_dryrun_slow_rank_factor": 1000.0}, "vm") == []
 
 
 @pytest.mark.slow
@@ -195,7 +217,7 @@ def test_real_hang_times_out_and_leaves_no_process(tmp_path):
     r = run_module("train_dryrun", {"executable": str(TORCHRUN), "nproc_per_node": "2",
                                     "entrypoint": str(ENTRY / "hang.py"), "args": [str(tmp_path)], "timeout": 12})
     assert r["verdict"] == "error" and r["tool"]["timed_out"] is True
-    assert "timed out after 12 s" in r["reasons"][0]
+    assert "train_dryrun timed out" in r["reasons"][0] and r["tool"]["duration_s"] >= 12
     pids = [int((tmp_path / ("rank%d.pid" % i)).read_text()) for i in range(2)]
     assert not [p for p in pids if alive(p)], "workers survived the timeout"
     assert time.monotonic() - started < 100

@@ -3,11 +3,14 @@ wrapper that only points HOME there), stand-in su/systemctl replay what those to
 
 import importlib
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils import env_files, judge_env
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULT_ENV_EXPECTED
 from helpers.module_runner import run_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 MOD = importlib.import_module("ansible_collections.kentino.gpufleet.plugins.modules.training_env_facts")
+T = {"gpufleet_env_expected": dict(DEFAULT_ENV_EXPECTED)}
 
 
 def setup_node(tmp_path, profile, systemd_env=None, etc_environment="", envd=None):
@@ -43,7 +46,11 @@ def by_name(r):
     return {v["name"]: v for v in r["variables"]}
 
 
-def test_login_shell_and_systemd_ok(tmp_path):
+def _codes(findings):
+    return sorted(f["code"] for f in findings)
+
+
+def test_login_shell_and_systemd_ok(tmp_path, contract):
     args, path = setup_node(tmp_path, 'echo "Welcome to gpu-node-07"\n' + GOOD +
                             "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n", SYSTEMD_GOOD)
     r = run_module("training_env_facts", args, path_prepend=path)
@@ -54,25 +61,33 @@ def test_login_shell_and_systemd_ok(tmp_path):
     assert v["TORCH_NCCL_ASYNC_ERROR_HANDLING"]["status"] == "ok"
     assert v["PYTORCH_CUDA_ALLOC_CONF"]["status"] == "set"
     assert v["NCCL_ASYNC_ERROR_HANDLING"]["status"] == "unset"
-    assert r["ansible_facts"]["gpufleet_training_env"]["verdict"] == "pass"
+    # The facts are observations (the statuses say how each variable compares); the verdict is the check's.
+    facts = r["ansible_facts"]["gpufleet_training_env"]
+    assert sorted(facts) == ["sources", "user", "variables"] and facts["variables"] == r["variables"]
     assert r["tool"]["argv"][1] == "-i" and r["tool"]["argv"][-2:] == ["-lc", MOD.SHELL_SCRIPT]
+    assert contract("training_env_facts", r, judge_env.judge, T) == []
 
 
-def test_missing_in_login_fails_even_if_module_env_has_it(tmp_path):
+def test_missing_in_login_fails_even_if_module_env_has_it(tmp_path, contract):
     args, path = setup_node(tmp_path, "export TORCH_NCCL_TRACE_BUFFER_SIZE=20000\n")
     r = run_module("training_env_facts", args, path_prepend=path, env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"})
     assert r["verdict"] == "fail"
     assert by_name(r)["TORCH_NCCL_ASYNC_ERROR_HANDLING"]["status"] == "missing"
     assert any("TORCH_NCCL_ASYNC_ERROR_HANDLING is not set in" in x for x in r["reasons"])
     assert r["sources"]["systemd"]["read"] is False
+    findings = contract("training_env_facts", r, judge_env.judge, T)
+    assert _codes(findings) == ["ENV_MISSING"] and "kentino.gpufleet.training_env" in findings[0]["action"]
 
 
-def test_wrong_value_fails(tmp_path):
+def test_wrong_value_fails(tmp_path, contract):
     args, path = setup_node(tmp_path, "export TORCH_NCCL_ASYNC_ERROR_HANDLING=0\nexport TORCH_NCCL_TRACE_BUFFER_SIZE=0\n")
     r = run_module("training_env_facts", args, path_prepend=path)
     assert r["verdict"] == "fail"
     assert {v["status"] for v in r["variables"] if v["expected"]} == {"wrong"}
     assert any("TORCH_NCCL_ASYNC_ERROR_HANDLING=0 in" in x and "expected 1" in x for x in r["reasons"])
+    assert _codes(contract("training_env_facts", r, judge_env.judge, T)) == ["ENV_MISSING", "ENV_MISSING"]
+    # The report's expectations decide: a site that requires nothing gets no finding from the same observations.
+    assert judge_env.judge(r, {"gpufleet_env_expected": {}}, "vm") == []
 
 
 def test_alias_and_larger_buffer_pass(tmp_path):
@@ -83,7 +98,7 @@ def test_alias_and_larger_buffer_pass(tmp_path):
     assert v["alias_used"] == "TORCH_FR_BUFFER_SIZE" and v["login_shell"] == "50000" and v["status"] == "ok"
 
 
-def test_deprecated_and_systemd_missing_warn(tmp_path):
+def test_deprecated_and_systemd_missing_warn(tmp_path, contract):
     args, path = setup_node(tmp_path, GOOD, systemd_env="LANG=C.UTF-8\n",
                             etc_environment='NCCL_ASYNC_ERROR_HANDLING="1"\n')
     r = run_module("training_env_facts", args, path_prepend=path)
@@ -94,9 +109,11 @@ def test_deprecated_and_systemd_missing_warn(tmp_path):
     assert v["TORCH_NCCL_ASYNC_ERROR_HANDLING"]["status"] == "systemd_missing"
     assert any("deprecated since torch 2.2" in x and "/etc/environment" in x for x in r["reasons"])
     assert any("systemd's manager environment" in x for x in r["reasons"])
+    findings = contract("training_env_facts", r, judge_env.judge, T)
+    assert _codes(findings) == ["ENV_DEPRECATED", "ENV_SYSTEMD_MISSING", "ENV_SYSTEMD_MISSING"]
 
 
-def test_custom_expected_alloc_conf_subset_and_environment_d(tmp_path):
+def test_custom_expected_alloc_conf_subset_and_environment_d(tmp_path, contract):
     args, path = setup_node(tmp_path, GOOD + "export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128,"
                                              "expandable_segments:True\n",
                             envd={"50-torch.conf": "# comment\nTORCH_NCCL_DUMP_ON_TIMEOUT=1\n"})
@@ -109,6 +126,8 @@ def test_custom_expected_alloc_conf_subset_and_environment_d(tmp_path):
     assert v["TORCH_NCCL_DUMP_ON_TIMEOUT"]["environment_d"] == "1"
     assert v["TORCH_NCCL_TRACE_BUFFER_SIZE"]["status"] == "set"  # no longer required
     assert "NCCL_DEBUG" in v and r["verdict"] == "fail"
+    t = {"gpufleet_env_expected": args["expected"]}
+    assert _codes(contract("training_env_facts", r, judge_env.judge, t)) == ["ENV_MISSING"]
 
 
 def test_other_user_through_su(tmp_path):
@@ -125,7 +144,7 @@ def test_other_user_through_su(tmp_path):
     assert r["user"] == "train"
 
 
-def test_su_failure_is_error(tmp_path):
+def test_su_failure_is_error(tmp_path, contract):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     su = bindir / "su"
@@ -136,6 +155,21 @@ def test_su_failure_is_error(tmp_path):
     assert r["verdict"] == "error"
     assert "Authentication failure" in r["reasons"][0] and "become: true" in r["reasons"][0]
     assert {v["status"] for v in r["variables"] if v["expected"]} == {"unknown"}
+    assert _codes(contract("training_env_facts", r, judge_env.judge, T)) == ["ENV_UNREADABLE"]
+
+
+def test_home_option_points_the_login_shell_at_another_home(tmp_path, contract):
+    # No bash wrapper: the module's own `env -i HOME=<home> ... bash -lc` reads <home>/.bash_profile.
+    home = tmp_path / "alt-home"
+    home.mkdir()
+    (home / ".bash_profile").write_text(GOOD)
+    r = run_module("training_env_facts", {"home": str(home), "systemctl_executable": "/nonexistent/systemctl"})
+    assert r["verdict"] == "pass", r["reasons"]
+    assert "HOME=%s" % home in r["tool"]["argv"]
+    assert by_name(r)["TORCH_NCCL_TRACE_BUFFER_SIZE"]["login_shell"] == "20000"
+    contract("training_env_facts", r, judge_env.judge, T)
+    refused = run_module("training_env_facts", {"home": str(home), "user": "nobody"})
+    assert refused.get("failed") and "home applies to the user running the module" in refused["msg"]
 
 
 def test_invalid_user_fails_module():
@@ -144,16 +178,17 @@ def test_invalid_user_fails_module():
 
 
 def test_parsers():
-    assert MOD.parse_env0("banner\0__GPUFLEET_ENV__\0A=1\0B=x=y\0C=line1\nline2\0") == \
+    assert env_files.parse_env0("banner\0__GPUFLEET_ENV__\0A=1\0B=x=y\0C=line1\nline2\0") == \
         {"A": "1", "B": "x=y", "C": "line1\nline2"}
-    assert MOD.parse_assignments("# c\nexport A=1\nB = \"two words\"\nC='q'\nD=$'a\\tb'\nnot an assignment\n") == \
+    assert env_files.parse_assignments("# c\nexport A=1\nB = \"two words\"\nC='q'\nD=$'a\\tb'\nnot an assignment\n") == \
         {"A": "1", "B": "two words", "C": "q", "D": "a\tb"}
-    assert MOD._satisfies("TORCH_NCCL_TRACE_BUFFER_SIZE", "abc", "20000") is False
-    assert MOD._satisfies("X", None, "1") is False
+    assert judge_env.satisfies("TORCH_NCCL_TRACE_BUFFER_SIZE", "abc", "20000") is False
+    assert judge_env.satisfies("TORCH_NCCL_TRACE_BUFFER_SIZE", " 30000 ", "20000") is True
+    assert judge_env.satisfies("X", None, "1") is False
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=300))
 def test_fuzz_parsers(text):
-    assert isinstance(MOD.parse_env0(text), dict)
-    assert isinstance(MOD.parse_assignments(text), dict)
+    assert isinstance(env_files.parse_env0(text), dict)
+    assert isinstance(env_files.parse_assignments(text), dict)

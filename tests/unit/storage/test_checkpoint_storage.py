@@ -11,10 +11,17 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_storage
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULTS
 from helpers.module_runner import REPO, run_module
 
 FIX = REPO / "tests" / "fixtures" / "storage"
 NO_TOOLS = {"nvme_executable": "/nonexistent/nvme", "smartctl_executable": "/nonexistent/smartctl"}
+T = dict(DEFAULTS)  # the module's option defaults are the inventory defaults
+
+
+def _codes(findings):
+    return [f["code"] for f in findings]
 
 
 @pytest.fixture
@@ -45,7 +52,7 @@ def leftovers(d):
     return [p.name for p in Path(d).iterdir()]
 
 
-def test_healthy_nvme_pass_with_figures(tmp_path, ckpt):
+def test_healthy_nvme_pass_with_figures(tmp_path, ckpt, contract):
     nvme = stand_in(tmp_path, "nvme", "nvme_smart_healthy.json")
     r = run_module("checkpoint_storage", {"path": str(ckpt), "checkpoint_size_gb": 0.5, "keep": 2, "interval_min": 30,
                                           "write_test_mb": 16, "mounts_file": mounts_file(tmp_path, ckpt),
@@ -63,35 +70,44 @@ def test_healthy_nvme_pass_with_figures(tmp_path, ckpt):
     assert abs(r["estimated_checkpoint_s"] - expected) <= 0.02
     assert r["overhead_pct"] == pytest.approx(r["estimated_checkpoint_s"] / 1800 * 100, rel=0.01)
     assert r["worst_case_lost_min"] == 30
-    assert r["space"]["fits"] is True and r["space"]["required_gb"] == 1.1
+    assert r["space"]["free_gb"] > 0 and r["space"]["statvfs_line"].startswith("statvfs ")
     assert r["tool"]["argv"][1:] == ["smart-log", "/dev/nvme1", "-o", "json"] and r["tool"]["rc"] == 0
     assert leftovers(ckpt) == []  # the test file is gone
+    assert contract("checkpoint_storage", r, judge_storage.judge, T) == []
+    # Whether the checkpoints fit is judged, not observed: 2 x 0.5 GB + 10 % needs 1.1 GB; the report's margin can
+    # make the same free space too little.
+    assert judge_storage.judge(r, dict(T, gpufleet_storage_margin_pct=1e9), "vm")[0]["code"] == "STORAGE_FAIL"
 
 
-def test_read_only_mount_fails_with_action(tmp_path, ckpt):
+def test_read_only_mount_fails_with_action(tmp_path, ckpt, contract):
     r = run_module("checkpoint_storage", dict(NO_TOOLS, path=str(ckpt), write_test_mb=1,
                                               mounts_file=mounts_file(tmp_path, ckpt, opts="ro,noatime")))
     assert r["verdict"] == "fail"
+    assert _codes(contract("checkpoint_storage", r, judge_storage.judge, T)) == ["STORAGE_FAIL"]
     assert any("read-only mount (/dev/nvme1n1p1" in x and "dmesg" in x and "fsck" in x for x in r["reasons"])
     assert any(" ro,noatime " in e for e in r["evidence"])
 
 
-def test_nvme_read_only_critical_warning_fails(tmp_path, ckpt):
+def test_nvme_read_only_critical_warning_fails(tmp_path, ckpt, contract):
     nvme = stand_in(tmp_path, "nvme", "nvme_smart_readonly.json")
     r = run_module("checkpoint_storage", {"path": str(ckpt), "write_test_mb": 1, "nvme_executable": nvme,
                                           "mounts_file": mounts_file(tmp_path, ckpt)})
     assert r["verdict"] == "fail"
     assert any("read-only mode" in x and "replace the drive" in x for x in r["reasons"])
     assert r["devices"][0]["health"]["critical_warning_flags"] == ["reliability_degraded", "read_only"]
+    assert "STORAGE_FAIL" in _codes(contract("checkpoint_storage", r, judge_storage.judge, T))
 
 
-def test_worn_drive_warns(tmp_path, ckpt):
+def test_worn_drive_warns(tmp_path, ckpt, contract):
     nvme = stand_in(tmp_path, "nvme", "nvme_smart_v1_floats.json")
     r = run_module("checkpoint_storage", {"path": str(ckpt), "write_test_mb": 1, "nvme_executable": nvme,
                                           "mounts_file": mounts_file(tmp_path, ckpt)})
     assert r["verdict"] == "warn"
     assert any("84% of its rated endurance" in x for x in r["reasons"])
     assert r["devices"][0]["health"]["data_written_tb"] == round(987654321012 * 512000 / 1e12, 3)
+    assert _codes(contract("checkpoint_storage", r, judge_storage.judge, T)) == ["STORAGE_WARN"]
+    # the wear threshold is the report's too: at 90 % the same drive is fine
+    assert judge_storage.judge(r, dict(T, gpufleet_storage_wear_warn_pct=90), "vm") == []
 
 
 def test_smartctl_fallback_bitmask(tmp_path, ckpt):
@@ -132,38 +148,45 @@ def test_network_filesystem_not_probed(tmp_path, ckpt):
     assert any("network filesystem" in n for n in r["notes"])
 
 
-def test_does_not_fit_and_inodes(tmp_path, ckpt):
+def test_does_not_fit_and_inodes(tmp_path, ckpt, contract):
     r = run_module("checkpoint_storage", dict(NO_TOOLS, path=str(ckpt), checkpoint_size_gb=10**6, keep=3,
                                               write_test_mb=0, min_free_inodes=2**62,
                                               mounts_file=mounts_file(tmp_path, ckpt)))
     assert r["verdict"] == "fail"
-    assert r["space"]["fits"] is False and r["space"]["required_gb"] == 3.3 * 10**6
-    assert any("3 checkpoints of 1000000.0 GB" in x for x in r["reasons"])
+    assert any("3 checkpoints of 1000000.0 GB (+10.0% margin) need 3300000.0 GB" in x for x in r["reasons"])
     assert any("free inodes" in x for x in r["reasons"])
     assert r["write_test"]["performed"] is False
+    t = dict(T, gpufleet_storage_min_free_inodes=2**62)
+    findings = contract("checkpoint_storage", r, judge_storage.judge, t)
+    assert _codes(findings) == ["STORAGE_FAIL", "STORAGE_FAIL"]
+    assert all(f["evidence"] == [r["space"]["statvfs_line"]] for f in findings)
 
 
-def test_slow_storage_warns(tmp_path, ckpt):
+def test_slow_storage_warns(tmp_path, ckpt, contract):
     r = run_module("checkpoint_storage", dict(NO_TOOLS, path=str(ckpt), checkpoint_size_gb=1, write_test_mb=8,
                                               interval_min=1, max_overhead_pct=0.001,
                                               mounts_file=mounts_file(tmp_path, ckpt)))
     assert r["verdict"] == "warn"
     assert any("of the 1.0-min interval" in x for x in r["reasons"])
     assert r["overhead_pct"] > 0.001
+    t = dict(T, gpufleet_storage_max_overhead_pct=0.001)
+    assert _codes(contract("checkpoint_storage", r, judge_storage.judge, t)) == ["STORAGE_WARN"]
 
 
-def test_missing_path_fails_with_fix(tmp_path):
+def test_missing_path_fails_with_fix(tmp_path, contract):
     r = run_module("checkpoint_storage", dict(NO_TOOLS, path=str(tmp_path / "absent")))
     assert r["verdict"] == "fail"
     assert "training_env role creates it" in r["reasons"][0]
+    assert _codes(contract("checkpoint_storage", r, judge_storage.judge, T)) == ["STORAGE_FAIL"]
 
 
-def test_check_mode_writes_nothing(tmp_path, ckpt):
+def test_check_mode_writes_nothing(tmp_path, ckpt, contract):
     r = run_module("checkpoint_storage", dict(NO_TOOLS, path=str(ckpt), checkpoint_size_gb=1,
                                               mounts_file=mounts_file(tmp_path, ckpt)), check_mode=True)
     assert r["verdict"] == "pass"
     assert r["write_test"]["performed"] is False and "check mode: write test skipped" in r["notes"]
-    assert r["space"]["fits"] is True and leftovers(ckpt) == []
+    assert leftovers(ckpt) == []
+    assert contract("checkpoint_storage", r, judge_storage.judge, T) == [], "1 GB x 2 fits the temp filesystem"
 
 
 def test_bad_options_fail_the_module(tmp_path, ckpt):
@@ -197,6 +220,7 @@ def test_permission_denied_names_owner_mode_and_user():
         assert "{" in out, proc.stderr[-2000:]
         r = json.loads(out[out.index("{"):])
         assert r["verdict"] == "fail", r
+        assert r["path"]["owner_mode"] == "owned by root (uid 0), mode 0755"
         reason = [x for x in r["reasons"] if "not writable" in x][0]
         assert "by nobody (uid 65534)" in reason and "owned by root (uid 0), mode 0755" in reason
         assert r["write_test"]["errno"] == "EACCES" and r["write_test"]["stage"] == "open"
@@ -239,10 +263,11 @@ def test_write_test_detects_corruption(tmp_path, monkeypatch):
     res = mod.write_test(str(tmp_path), 2 * 10**6)
     assert res["stage"] == "compare" and res["verified"] is False and "differ" in res["error"]
     assert leftovers(tmp_path) == []
-    from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import Findings
-    f = Findings()
-    mod._write_failure(f, res, "/ckpt", {"name": "train", "uid": 1000})
-    assert f.verdict() == "fail" and "silent data corruption" in f.reasons[0]
+    result = {"path": {"given": "/ckpt", "exists": True, "is_dir": True, "writable": True},
+              "user": {"name": "train", "uid": 1000}, "write_test": res}
+    (finding,) = judge_storage.judge(result, T, "node01")
+    assert finding["severity"] == "fail" and "silent data corruption" in finding["message"]
+    assert finding["evidence"] == ["/ckpt: %s (None) at compare" % res["error"]]
 
 
 def test_write_test_hang_is_bounded(tmp_path, monkeypatch):

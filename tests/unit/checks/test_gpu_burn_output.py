@@ -1,13 +1,48 @@
-"""gpu_burn parser and judgement against recorded shapes (tests/fixtures/gpu_burn/README.md)."""
+"""gpu_burn parser and judgement against recorded shapes (tests/fixtures/gpu_burn/README.md).
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import evaluate, parse_gpu_burn
+The judge reads what the gpu_burn module returns: the parser's output plus the tool section, with each GPU's
+nvidia-smi index and PCI address from the module's map (here, without nvidia-smi: gpu_burn's own device numbers).
+"""
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
+from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import parse_gpu_burn, start_missing
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+HOST = "node01"
+
+
+def observations(parsed, rc=0):
+    """The gpu_burn module's result for a parsed run (no nvidia-smi map: index = gpu_burn's device)."""
+    for entry in parsed["gpus"]:
+        entry.update(index=entry["cuda_index"], pci=None, uuid=None)
+    return {
+        "tool": {"argv": ["gpu_burn", "60"], "rc": rc, "timed_out": False, "duration_s": 61.0, "error": None},
+        "output_tail": [], "gpu_map": None, "gpu_map_problem": "nvidia-smi not found", "gpus": parsed["gpus"],
+        "initialised_gpus": len([g for g in parsed["gpus"] if g["initialised"]]), "frames": parsed["frames"],
+        "summaries": parsed["summaries"], "burn_s": parsed["burn_seconds"], "tested_gpus": parsed["tested_gpus"],
+        "last_percent": parsed["last_percent"], "init_failures": parsed["init_failures"],
+        "compute_failures": parsed["compute_failures"], "cuda_failures": parsed["cuda_failures"],
+        "aborted": parsed["aborted"], "unparsed": parsed["unparsed"], "problems": parsed["problems"],
+        "start_missing": start_missing(parsed),
+    }
+
+
+def judge(parsed, expected_gpus=None, rc=0):
+    """(findings, {verdict, reasons, evidence}) as the module and the report compute them."""
+    findings = judge_gpu_burn.judge(observations(parsed, rc), {}, HOST, expected_gpus=expected_gpus)
+    return findings, module_fields(findings)
 
 
 def _run(fixture_text, name, expected_gpus=None, rc=0):
     parsed = parse_gpu_burn(fixture_text("gpu_burn", name))
-    return parsed, evaluate(parsed, expected_gpus=expected_gpus, rc=rc)
+    findings, judged = judge(parsed, expected_gpus=expected_gpus, rc=rc)
+    return parsed, findings, judged
+
+
+def _codes(findings):
+    return [(f["code"], f["gpu"]) for f in findings]
 
 
 def _by_index(parsed):
@@ -15,8 +50,8 @@ def _by_index(parsed):
 
 
 def test_healthy_run_passes_with_figures(fixture_text):
-    parsed, judged = _run(fixture_text, "healthy_2gpu.log", expected_gpus=2)
-    assert judged["verdict"] == "pass", judged["reasons"]
+    parsed, findings, judged = _run(fixture_text, "healthy_2gpu.log", expected_gpus=2)
+    assert judged["verdict"] == "pass" and findings == [], judged["reasons"]
     assert parsed["frames"] == 10 and parsed["summaries"] == 3 and parsed["tested_gpus"] == 2
     assert parsed["burn_seconds"] == 60 and parsed["compare_file"] == "compare.ptx"
     assert parsed["unparsed"]["count"] == 0
@@ -25,40 +60,51 @@ def test_healthy_run_passes_with_figures(fixture_text):
     assert gpu0["processed"] == 2670 and gpu0["gflops_max"] == 7122.0
     assert 7100 <= gpu0["gflops_mean"] <= 7122
     assert gpu1["max_temperature_c"] == 67 and gpu0["precision"] == "float"
-    assert any(line.startswith("Tested 2 GPUs") for line in judged["evidence"])
+    # A pass has no findings; the figures the report shows come from judge_gpu_burn.figures().
+    assert any(line.startswith("Tested 2 GPUs") for line in parsed["evidence"])
+    per, series = judge_gpu_burn.figures(observations(parsed))
+    assert per[0] == {"index": 0, "pci": None, "burn_gflops": gpu0["gflops_mean"], "burn_gflops_max": 7122.0,
+                      "burn_errors": 0, "burn_temperature_max_c": gpu0["max_temperature_c"]}
+    assert sorted(series) == ["0", "1"] and len(series["0"]) == 10
 
 
 def test_errors_counted_once_per_summary_window(fixture_text):
     # GPU 1 shows 3 then 5 (cumulative) before the first summary, then 1, 1 after it: 5 + 1 real errors, not 10.
-    parsed, judged = _run(fixture_text, "faulty_errors_reset.log")
+    parsed, findings, judged = _run(fixture_text, "faulty_errors_reset.log")
     gpu1 = _by_index(parsed)[1]
     assert gpu1["status"] == "faulty" and gpu1["errors"] == 6 and gpu1["error_frames"] == 4
     assert gpu1["warning_frames"] == 4 and gpu1["final"] == "FAULTY"
     assert _by_index(parsed)[0]["status"] == "ok"
-    assert judged["verdict"] == "fail"
-    assert any("GPU 1" in r and "6 calculation errors" in r for r in judged["reasons"])
+    assert judged["verdict"] == "fail" and _codes(findings) == [("BURN_FAULTY", 1)]
+    assert findings[0]["message"].startswith("node01 GPU 1 produced wrong results") and "6 calculation errors" in \
+        findings[0]["message"]
+    assert "RMA" in findings[0]["action"]
     assert any("(WARNING!)" in line for line in judged["evidence"])
 
 
 def test_negative_error_count_is_a_failure(fixture_text):
-    parsed, judged = _run(fixture_text, "negative_overflow.log")
+    parsed, findings, judged = _run(fixture_text, "negative_overflow.log")
     gpu0 = _by_index(parsed)[0]
     assert gpu0["status"] == "faulty" and gpu0["errors"] == 2147483000 and gpu0["negative_error_frames"] == 1
     assert judged["verdict"] == "fail" and any("overflowed" in r for r in judged["reasons"])
+    assert _codes(findings) == [("BURN_FAULTY", 0)]
 
 
 def test_died_worker_fails_even_though_final_says_ok(fixture_text):
-    parsed, judged = _run(fixture_text, "died.log")
+    parsed, findings, judged = _run(fixture_text, "died.log")
     gpu1 = _by_index(parsed)[1]
     assert gpu1["final"] == "OK" and gpu1["status"] == "died"
     assert gpu1["errors"] == 0, "the -1 a dying worker reports is not a calculation error"
     assert judged["verdict"] == "fail"
     assert any("GPU 1" in r and "DIED" in r for r in judged["reasons"])
-    assert any("Failure during compute" in line for line in judged["evidence"])
+    # The node-level "Failure during compute" line names no GPU: it is evidence of GPU 1's finding, not a second
+    # failure of its own (the former judgement listed it as a separate reason).
+    assert _codes(findings) == [("BURN_FAULTY", 1)]
+    assert any("Failure during compute" in line for line in findings[0]["evidence"])
 
 
 def test_unknown_temperature_and_power_columns(fixture_text):
-    parsed, judged = _run(fixture_text, "unknown_temp_power.log", expected_gpus=3)
+    parsed, _findings, judged = _run(fixture_text, "unknown_temp_power.log", expected_gpus=3)
     assert judged["verdict"] == "pass", judged["reasons"]
     gpus = _by_index(parsed)
     assert gpus[0]["max_temperature_c"] is None and gpus[1]["max_temperature_c"] == 61
@@ -66,85 +112,94 @@ def test_unknown_temperature_and_power_columns(fixture_text):
 
 
 def test_ok_after_init_failure_is_not_trusted(fixture_text):
-    parsed, judged = _run(fixture_text, "init_failure_then_ok.log", expected_gpus=2)
+    parsed, findings, judged = _run(fixture_text, "init_failure_then_ok.log", expected_gpus=2)
     gpu1 = _by_index(parsed)[1]
     assert gpu1["final"] == "OK" and gpu1["status"] == "not_initialised"
     assert judged["verdict"] == "fail"
+    assert _codes(findings) == [("BURN_FAULTY", 1), ("BURN_GPU_MISSING", None)]
     assert any("only 1 of 2 expected GPUs" in r for r in judged["reasons"])
-    assert any("Couldn't init a GPU test" in line for line in judged["evidence"])
+    assert any("Couldn't init a GPU test" in line for line in findings[0]["evidence"])
 
 
 def test_no_progress_frames_is_error_not_pass(fixture_text):
-    parsed, judged = _run(fixture_text, "no_frames.log")
+    parsed, findings, judged = _run(fixture_text, "no_frames.log")
     assert parsed["frames"] == 0 and parsed["tested_gpus"] == 2
     assert [g["final"] for g in parsed["gpus"]] == ["OK", "OK"]
-    assert judged["verdict"] == "error"
+    assert judged["verdict"] == "error" and _codes(findings) == [("BURN_NOT_RUN", None)]
     assert any("no progress frames" in r for r in judged["reasons"])
 
 
 def test_all_workers_dead_aborts(fixture_text):
-    parsed, judged = _run(fixture_text, "aborted.log")
+    parsed, findings, judged = _run(fixture_text, "aborted.log")
     assert parsed["aborted"] and all(g["status"] == "died" for g in parsed["gpus"])
-    assert judged["verdict"] == "fail"
+    assert judged["verdict"] == "fail" and _codes(findings) == [("BURN_FAULTY", 0), ("BURN_FAULTY", 1)]
     assert any("No clients are alive" in line for line in judged["evidence"])
 
 
 def test_frames_split_on_lines_and_space_indented_summary(fixture_text):
-    parsed, judged = _run(fixture_text, "split_frames_spaces.log")
+    parsed, _findings, judged = _run(fixture_text, "split_frames_spaces.log")
     assert parsed["frames"] == 7 and parsed["summaries"] == 2
     assert _by_index(parsed)[0]["errors"] == 1 and judged["verdict"] == "fail"
 
 
 def test_frames_glued_without_separator(fixture_text):
-    parsed, judged = _run(fixture_text, "concatenated_frames.log")
+    parsed, _findings, judged = _run(fixture_text, "concatenated_frames.log")
     assert parsed["frames"] == 8 and judged["verdict"] == "pass"
     assert _by_index(parsed)[1]["processed"] == 2136
 
 
 def test_missing_compare_kernel_is_a_setup_error(fixture_text):
-    parsed, judged = _run(fixture_text, "compare_kernel_missing.log", expected_gpus=2)
+    parsed, findings, judged = _run(fixture_text, "compare_kernel_missing.log", expected_gpus=2)
     assert judged["verdict"] == "error", "a missing compare.ptx is not a GPU fault"
-    assert any("compare.ptx" in r and "cwd" in r for r in judged["reasons"])
+    # gpu_burn prints the line once per GPU: one finding, and the set-up error alone (no "only 0 of 2 GPUs").
+    assert len(parsed["init_failures"]) == 2 and _codes(findings) == [("BURN_NOT_RUN", None)]
+    assert "compare kernel" in findings[0]["message"] and "compare.ptx" in findings[0]["action"]
+    assert "chdir" in findings[0]["action"]
 
 
 def test_gpu_that_did_no_work_fails(fixture_text):
-    parsed, judged = _run(fixture_text, "no_work_gpu.log")
+    parsed, findings, judged = _run(fixture_text, "no_work_gpu.log")
     assert _by_index(parsed)[1]["status"] == "no_work"
     assert judged["verdict"] == "fail" and any("did no work" in r for r in judged["reasons"])
+    assert _codes(findings) == [("BURN_FAULTY", 1)]
+    assert findings[0]["evidence"] == ["GPU 1: OK"], "the final line it rests on, even though it says OK"
 
 
 def test_run_killed_mid_frame_is_incomplete(fixture_text):
-    parsed, judged = _run(fixture_text, "truncated_killed.log")
+    parsed, findings, judged = _run(fixture_text, "truncated_killed.log")
     assert parsed["problems"] and parsed["problems"][0]["kind"] == "partial_frame"
     assert judged["verdict"] == "error" and any("did not finish" in r for r in judged["reasons"])
+    assert _codes(findings) == [("BURN_NOT_RUN", None)]
 
 
 def test_garbage_is_error_with_samples(fixture_text):
-    parsed, judged = _run(fixture_text, "garbage.txt")
-    assert judged["verdict"] == "error"
-    assert parsed["unparsed"]["count"] == 3 and judged["evidence"]
+    parsed, findings, judged = _run(fixture_text, "garbage.txt")
+    assert judged["verdict"] == "error" and _codes(findings) == [("BURN_NOT_RUN", None)]
+    assert parsed["unparsed"]["count"] == 3 and judged["evidence"] == parsed["unparsed"]["samples"]
 
 
 def test_expected_gpus_more_than_initialised_fails(fixture_text):
-    _, judged = _run(fixture_text, "healthy_2gpu.log", expected_gpus=8)
+    _, findings, judged = _run(fixture_text, "healthy_2gpu.log", expected_gpus=8)
     assert judged["verdict"] == "fail" and any("only 2 of 8" in r for r in judged["reasons"])
+    assert _codes(findings) == [("BURN_GPU_MISSING", None)]
 
 
 def test_nonzero_exit_with_clean_output_is_error(fixture_text):
-    _, judged = _run(fixture_text, "healthy_2gpu.log", rc=2)
-    assert judged["verdict"] == "error"
+    _, findings, judged = _run(fixture_text, "healthy_2gpu.log", rc=2)
+    assert judged["verdict"] == "error" and "rc=2" in judged["reasons"][0]
+    assert _codes(findings) == [("BURN_NOT_RUN", None)]
 
 
 def test_empty_and_non_string_input():
     for text in ("", None, b"bytes"):
         parsed = parse_gpu_burn(text)
-        assert evaluate(parsed)["verdict"] == "error"
+        assert judge(parsed)[1]["verdict"] == "error"
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_fuzz_random_text_never_raises(text):
-    evaluate(parse_gpu_burn(text))
+    judge(parse_gpu_burn(text))
 
 
 FRAME_BITS = st.sampled_from([
@@ -159,7 +214,8 @@ FRAME_BITS = st.sampled_from([
 @given(st.lists(FRAME_BITS, max_size=40))
 def test_fuzz_shuffled_tool_fragments_never_raise(parts):
     parsed = parse_gpu_burn("".join(parts))
-    judged = evaluate(parsed, expected_gpus=2)
+    findings, judged = judge(parsed, expected_gpus=2)
+    assert all(f["evidence"] for f in findings if f["gpu"] is not None), "a GPU finding quotes a line"
     assert judged["verdict"] in ("pass", "warn", "fail", "error")
     if judged["verdict"] == "pass":
         # The pass rule of docs/signals.md section 5, whatever the tool printed.
@@ -174,7 +230,7 @@ def test_fuzz_shuffled_tool_fragments_never_raise(parts):
 
 
 def test_log_tail_statuses_come_from_summary_and_died_markers(fixture_text):
-    parsed, judged = _run(fixture_text, "tail_no_init.log", expected_gpus=3)
+    parsed, findings, judged = _run(fixture_text, "tail_no_init.log", expected_gpus=3)
     gpus = _by_index(parsed)
     assert [gpus[i]["status"] for i in (0, 1, 2)] == ["ok", "faulty", "died"]
     assert parsed["init_lines_seen"] is False and parsed["tested_gpus"] == 3
@@ -185,13 +241,15 @@ def test_log_tail_statuses_come_from_summary_and_died_markers(fixture_text):
     assert not any("never initialised" in r or "expected GPUs initialised" in r for r in judged["reasons"])
     # what the tail cannot prove is said, not assumed
     assert any("Initialized device" in r for r in judged["reasons"])
+    assert _codes(findings) == [("BURN_FAULTY", 1), ("BURN_FAULTY", 2), ("BURN_NOT_RUN", None)]
 
 
 def test_summary_only_output_still_names_the_faulty_gpu(fixture_text):
-    parsed, judged = _run(fixture_text, "summary_only.log")
+    parsed, findings, judged = _run(fixture_text, "summary_only.log")
     gpus = _by_index(parsed)
     assert gpus[1]["status"] == "faulty" and gpus[1]["final"] == "FAULTY"
     assert judged["verdict"] == "fail" and any("GPU 1" in r and "FAULTY" in r for r in judged["reasons"])
+    assert findings[0]["gpu"] == 1 and findings[0]["evidence"] == ["GPU 1: FAULTY"]
 
 
 def test_clean_tail_is_not_a_pass(fixture_text):
@@ -199,16 +257,17 @@ def test_clean_tail_is_not_a_pass(fixture_text):
     tail = text[text.index("\r40.0%"):]  # what `tail -c` of a redirected run keeps
     parsed = parse_gpu_burn(tail)
     assert [g["status"] for g in parsed["gpus"]] == ["ok", "ok"]
-    judged = evaluate(parsed, expected_gpus=2)
+    judged = judge(parsed, expected_gpus=2)[1]
     assert judged["verdict"] == "error" and any("Initialized device" in r for r in judged["reasons"])
-    assert evaluate(parse_gpu_burn(tail), expected_gpus=3)["verdict"] == "fail"  # a GPU missing from the output
+    findings, judged = judge(parse_gpu_burn(tail), expected_gpus=3)  # a GPU missing from the output
+    assert judged["verdict"] == "fail" and ("BURN_GPU_MISSING", None) in _codes(findings)
 
 
 # ---------------------------------------------------------------- Gflop/s series for the report's chart
 
 
 def test_gflops_series_one_point_per_frame(fixture_text):
-    parsed, _judged = _run(fixture_text, "healthy_2gpu.log")
+    parsed, _findings, _judged = _run(fixture_text, "healthy_2gpu.log")
     gpu0, gpu1 = parsed["gpus"]
     assert gpu0["gflops_series"] == [[10.0, 7100.0], [20.0, 7111.0], [30.0, 7122.0], [40.0, 7100.0], [50.0, 7111.0],
                                      [60.0, 7122.0], [70.0, 7100.0], [80.0, 7111.0], [90.0, 7122.0], [100.0, 7100.0]]
@@ -216,7 +275,7 @@ def test_gflops_series_one_point_per_frame(fixture_text):
 
 
 def test_gflops_series_of_a_dead_worker_drops_to_zero(fixture_text):
-    parsed, _judged = _run(fixture_text, "tail_no_init.log")
+    parsed, _findings, _judged = _run(fixture_text, "tail_no_init.log")
     gpus = _by_index(parsed)
     assert gpus[2]["gflops_series"] == [[70.0, 7090.0], [80.0, 0.0], [90.0, 0.0], [100.0, 0.0]]
     assert gpus[0]["gflops_series"][-1] == [100.0, 7100.0]
