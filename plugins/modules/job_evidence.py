@@ -150,7 +150,9 @@ kernel:
   returned: always
   type: dict
 gpus:
-  description: GPUs nvidia-smi reads - index, pci (dddd:bb:dd), uuid, name, throttle_reasons (now, not during the job).
+  description:
+    - GPUs nvidia-smi reads - index, pci (dddd:bb:dd), uuid, name, throttle_reasons (now, not during the job), lost.
+    - A lost GPU (its error printed in place of its row) is listed with lost=true and the index of that row.
   returned: always
   type: list
   elements: dict
@@ -177,6 +179,7 @@ notes:
 """
 
 import os
+import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -193,6 +196,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
+_LOST_ROW = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)")
 GPU_SPEC = (
     ("index", ("index",)),
     ("pci", ("pci.bus_id",)),
@@ -271,7 +275,17 @@ def read_gpus(module, timeout):
     gpus = []
     for row in answer["gpus"]:
         gpus.append({"index": row.get("index"), "pci": normalize_pci(row.get("pci")) or row.get("pci"),
-                     "uuid": row.get("uuid"), "name": row.get("name"), "throttle_reasons": row.get("throttle_reasons")})
+                     "uuid": row.get("uuid"), "name": row.get("name"), "throttle_reasons": row.get("throttle_reasons"),
+                     "lost": False})
+    # nvidia-smi prints a lost GPU's error in place of its row: the line's position is the GPU's index.
+    tool = answer.get("tool")
+    lines = [line for line in (tool.stdout if tool is not None else "").splitlines() if line.strip()]
+    for position, line in enumerate(lines):
+        match = _LOST_ROW.search(line)
+        if match and not any(g["index"] == position for g in gpus):
+            gpus.append({"index": position, "pci": normalize_pci(match.group(1)), "uuid": None, "name": None,
+                         "throttle_reasons": None, "lost": True})
+    gpus.sort(key=lambda g: (g["index"] is None, g["index"]))
     return gpus, public_problems(answer["problems"])
 
 
