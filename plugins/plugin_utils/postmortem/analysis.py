@@ -98,6 +98,8 @@ def analyse(hosts, **options):
     used = [(rank, host) for rank, host in dump_hosts.items()
             if rank in set((flight or {}).get("ranks_with_dump") or [])]
     ranks = topology.rank_map(good, merged, used)
+    if len(bad) == 1 and world:
+        topology.assign_by_elimination(ranks, world, next(iter(bad)))
     gpus = {host: topology.gpu_table(ev) for host, ev in good.items()}
     hw, outside = {}, 0
     for host, ev in good.items():

@@ -115,7 +115,9 @@ def analyse(merged, world_size=None):
     timeouts, statuses = merged["timeouts"], merged["pg_status"]
     reporting = sorted({e["rank"] for kind in ("timeouts", "pg_status") for e in merged[kind]
                         if isinstance(e.get("rank"), int)})
-    culprit, silent = find_culprit(statuses, timeouts, reporting, world_size)
+    # Without the world size, the world is at least every rank seen: a gap among them is a rank that said nothing.
+    world = world_size if world_size else (max(reporting) + 1 if reporting else None)
+    culprit, silent = find_culprit(statuses, timeouts, reporting, world)
     if culprit is not None:
         culprit = dict(culprit)
         hosts = sorted({e["host"] for e in timeouts + statuses if e.get("rank") == culprit["rank"]})

@@ -88,6 +88,18 @@ def _blocks(ranks):
                 info["basis"] = sorted(set(info["basis"]) | {"block"})
 
 
+def assign_by_elimination(ranks, world_size, host):
+    """Ranks no node claimed, when exactly one node left no evidence: one contiguous block of them is that node's."""
+    unclaimed = [r for r in range(world_size) if (ranks.get(r) or {}).get("host") is None]
+    per_node = max([sum(1 for i in ranks.values() if i["host"] == h) for h in {i["host"] for i in ranks.values()
+                                                                              if i["host"]}] or [0])
+    if not unclaimed or unclaimed[-1] - unclaimed[0] + 1 != len(unclaimed) or (per_node and len(unclaimed) > per_node):
+        return
+    for rank in unclaimed:
+        ranks[rank] = {"host": host, "local_rank": rank - unclaimed[0] if len(unclaimed) == per_node else None,
+                       "basis": ["elimination"], "conflict": []}
+
+
 def gpu_table(evidence):
     """{index: {index, pci, uuid, name, lost}} of one node: nvidia-smi's GPUs and the lost ones (at the row nvidia-smi
     printed their error in, else in PCI order when the present GPUs follow it)."""

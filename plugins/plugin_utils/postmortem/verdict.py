@@ -46,16 +46,24 @@ def candidates(flight, logs):
         c["op"], c["seq"] = c["op"] or item.get("op"), c["seq"] or item.get("seq")
         c["sources"].add("dumps")
     culprit = (logs or {}).get("culprit")
+    named = []
     if culprit and isinstance(culprit.get("rank"), int):
-        c = found.setdefault(culprit["rank"], {"rank": culprit["rank"], "score": 0, "bases": [], "reasons": [],
-                                               "frames": [], "op": None, "seq": None, "sources": set()})
-        c["score"] = max(c["score"], SCORES.get(culprit.get("basis"), 1))
-        c["bases"].append(culprit.get("basis"))
-        c["reasons"].append(culprit["reason"])
+        named = [(culprit["rank"], culprit.get("basis"), culprit["reason"])]
+        silent = [r for r in (logs or {}).get("silent_ranks") or [] if isinstance(r, int)]
+        if culprit.get("basis") == "silent" and len(silent) > 1:
+            # The logs cannot tell silent ranks apart: each of them is as suspect as the first.
+            named = [(r, "silent", "rank %d reported no timeout while the others timed out waiting (%d ranks silent)"
+                      % (r, len(silent))) for r in silent[:64]]
+    for rank, basis, reason in named:
+        c = found.setdefault(rank, {"rank": rank, "score": 0, "bases": [], "reasons": [], "frames": [], "op": None,
+                                    "seq": None, "sources": set()})
+        c["score"] = max(c["score"], SCORES.get(basis, 1))
+        c["bases"].append(basis)
+        c["reasons"].append(reason)
         c["sources"].add("logs")
     for c in found.values():
-        if len(c["sources"]) == 2:
-            c["score"] += 1  # dumps and logs agree
+        if len(c["sources"]) == 2 and c["score"] >= 2:
+            c["score"] += 1  # dumps and logs agree (two weak hints stay weak)
         c["sources"] = sorted(c["sources"])
     return sorted(found.values(), key=lambda c: (-c["score"], c["rank"]))
 
@@ -142,7 +150,8 @@ def decide(cands, hw, window, unreachable=()):
         verdict["confidence"] = "medium"
     if lead.get("host") in unreachable:
         verdict["confidence"] = LEVELS[max(1, LEVELS.index(verdict["confidence"]) - 1)]
-        verdict["message"] += " (%s was unreachable: no hardware evidence collected there)" % lead["host"]
+        verdict["message"] += " (%s gave no evidence - unreachable or not collected - so its GPUs could not be " \
+                              "checked)" % lead["host"]
     verdict["evidence"] = list(verdict["evidence"]) + reasons
     verdict["t_ref"] = t_ref
     return verdict
