@@ -27,7 +27,7 @@ RISER_JOB = {"nodes": ["node01", "node02", "node03", "node04"], "nproc_per_node"
 
 
 def iso(epoch):
-    dt = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc)
+    dt = datetime.datetime.fromtimestamp(epoch, datetime.UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S,") + "%06d+00:00" % dt.microsecond
 
 
