@@ -88,7 +88,8 @@ class ActionModule(ActionBase):
                                    pre_s=args["pre_s"], post_s=args["post_s"], psu_rails=rails,
                                    cuda_visible_devices=visible, max_dump_bytes=args["max_dump_bytes"],
                                    max_dump_seconds=args["max_dump_seconds"],
-                                   max_memory_bytes=args["max_dump_memory_mb"] * 1024 * 1024, now=now)
+                                   max_memory_bytes=args["max_dump_memory_mb"] * 1024 * 1024, now=now,
+                                   workers=min(4, os.cpu_count() or 1))
         run_id = args.get("run_id") or time.strftime("postmortem-%Y%m%dT%H%M%SZ", time.gmtime(now))
         doc = document.build(outcome, run_id)
         try:

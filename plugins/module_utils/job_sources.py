@@ -17,7 +17,7 @@ __metaclass__ = type
 import base64
 import glob
 import gzip
-import hashlib
+import io
 import os
 import re
 
@@ -56,12 +56,13 @@ def _lines(fh, skip, limit):
     if skip:
         fh.seek(skip)
         fh.readline()  # the first line is cut: drop it
+    text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace")  # decoded in large chunks, not line by line
     read = 0
-    for raw in fh:
-        read += len(raw)
+    for line in text:
+        read += len(line)
         if read > limit:
             return
-        yield raw.decode("utf-8", "replace")
+        yield line
 
 
 def read_log_file(path, since=None, until=None, max_bytes=2 * 1024 ** 3, world_size=None):
@@ -137,7 +138,7 @@ def collect_dumps(prefixes, max_bytes, max_total, since=None):
                 continue
             seen.add(path)
             item = {"path": path, "prefix": prefix, "rank": int(match.group(1)), "bytes": None, "mtime": None,
-                    "sha256": None, "data_b64": None, "skipped": None, "error": None}
+                    "data_b64": None, "skipped": None, "error": None}
             dumps.append(item)
             try:
                 st = os.stat(path)
@@ -158,7 +159,6 @@ def collect_dumps(prefixes, max_bytes, max_total, since=None):
                     item["skipped"] = "grew over max_dump_bytes while being read: not sent"
                     continue
                 total += len(data)
-                item["sha256"] = hashlib.sha256(data).hexdigest()
                 item["data_b64"] = base64.b64encode(data).decode("ascii")
             except (IOError, OSError) as exc:
                 item["error"] = ("cannot read %s: %s. Fix: run with become: true (the dump belongs to the job's user)"

@@ -139,7 +139,7 @@ logs:
   type: list
   elements: dict
 dumps:
-  description: One entry per dump file - path, prefix, rank, bytes, mtime, sha256, data_b64, skipped, error.
+  description: One entry per dump file - path, prefix, rank, bytes, mtime, data_b64, skipped, error.
   returned: always
   type: list
   elements: dict

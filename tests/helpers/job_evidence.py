@@ -52,7 +52,7 @@ def node_evidence(job, node_rank, T, kernel_lines=(), lost=(), dumps=True, log=T
             rank = node_rank * nproc + local
             data = pickle.dumps(sim_job.dump(job, rank, T), protocol=2)
             out_dumps.append({"path": "/var/tmp/gpufleet-nccl-dumps/nccl_trace_rank_%d" % rank, "rank": rank,
-                              "bytes": len(data), "mtime": T + 1, "sha256": None,
+                              "bytes": len(data), "mtime": T + 1,
                               "data_b64": base64.b64encode(data).decode(), "skipped": None, "error": None})
     scanner = XidScanner(max_events=100)
     for line in kernel_lines:

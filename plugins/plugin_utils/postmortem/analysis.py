@@ -8,14 +8,12 @@ A node without evidence keeps its ranks as "no evidence"; everything else is ana
 
 from __future__ import annotations
 
-import base64
-
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import hardware, logs, topology, verdict
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.flight import analyse_dumps
 
 DEFAULTS = {"since": None, "until": None, "world_size": None, "pre_s": 300.0, "post_s": 600.0, "psu_rails": {},
             "cuda_visible_devices": {}, "max_dump_bytes": 64 * 1024 * 1024, "max_dump_seconds": 20.0,
-            "max_memory_bytes": 1024 ** 3, "now": None, "skew_s": 5.0}
+            "max_memory_bytes": 1024 ** 3, "now": None, "skew_s": 5.0, "workers": 0}
 
 
 def _split(hosts):
@@ -54,8 +52,7 @@ def _dump_items(good, window, notes):
                              % (rank, seen[rank], host))
                 continue
             seen[rank] = host
-            data = dump["data_b64"]
-            items.append((rank, name, lambda d=data: base64.b64decode(d, validate=True)))
+            items.append((rank, name, dump["data_b64"]))  # decoded by the reader (in its worker process)
     return items, seen, skipped
 
 
@@ -83,7 +80,7 @@ def analyse(hosts, **options):
     items, dump_hosts, skipped = _dump_items(good, window, notes)
     flight = None
     if items or skipped:
-        flight = analyse_dumps(items, opts["world_size"], max_bytes=opts["max_dump_bytes"],
+        flight = analyse_dumps(items, opts["world_size"], workers=opts["workers"], max_bytes=opts["max_dump_bytes"],
                                max_seconds=opts["max_dump_seconds"], max_memory=opts["max_memory_bytes"])
         for rank, host in dump_hosts.items():
             for refused in flight["refused"]:

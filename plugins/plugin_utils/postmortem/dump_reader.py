@@ -18,6 +18,8 @@ scheduled|started|completed, time_created_ns, timeout_ms, frames [{name, filenam
 
 from __future__ import annotations
 
+import base64
+import gc
 import json
 import pickle
 import time
@@ -26,12 +28,9 @@ MAX_DUMP_BYTES = 64 * 1024 * 1024
 MAX_DUMP_SECONDS = 20.0
 MAX_MEMORY_BYTES = 1024 * 1024 * 1024
 TAIL_ENTRIES = 64  # per process group: the entries kept for the stuck region (the rest only feeds the mismatch scan)
-_ALLOWED = (dict, list, tuple, str, int, float, bool, bytes, type(None))
 # Opcode bytes that create a container or string object (each at most ~72 bytes of memory); every other byte adds
 # at most a pointer slot or a small int. An upper bound, because the same bytes also occur inside strings.
 _CREATORS = b"}]\x8f\x85\x86\x87tld\x8cXUTBC\x8e\x8d\x96\x95\x94"
-# Opcodes that make sets or byte arrays: without any of these bytes none can exist, and the type walk is skipped.
-_UNUSUAL = (b"\x8f", b"\x90", b"\x91", b"\x96", b"\x97", b"\x98")
 # Collectives whose per-rank sizes differ legitimately (uneven splits, root-only buffers, point-to-point).
 _SIZE_FREE = ("all_to_all", "scatter", "gather", "_v", "send", "recv", "coalesced", "barrier")
 
@@ -98,29 +97,28 @@ class _Restricted(pickle.Unpickler):
 
 def memory_estimate(data):
     """Worst-case bytes of Python objects the pickle can create (an upper bound, computed at C speed)."""
-    creators = sum(data.count(bytes((b,))) for b in _CREATORS)
+    creators = len(data) - len(data.translate(None, _CREATORS))
     return 12 * len(data) + 72 * creators
 
 
-def _check_types(obj, name, limit=5000000):
-    """Refuse anything but the plain types (iterative: shared and self-referencing containers are visited once)."""
-    seen = set()
-    stack = [obj]
-    count = 0
-    while stack:
-        item = stack.pop()
-        if not isinstance(item, _ALLOWED):
+def _check_types(obj, name):
+    """Refuse sets, frozensets and byte arrays (the only other types a pickle without globals can make).
+
+    Pickled again with protocol 2, every plain type (dict, list, tuple, str, int, float, bool, None) needs no global
+    and bytes needs only _codecs.encode; sets and byte arrays need builtins.<type>. Done in C and memoized, so shared
+    and self-referencing containers cost nothing extra. A string that happens to hold such a global's text is refused
+    too: refusing is the safe side."""
+    try:
+        again = pickle.dumps(obj, protocol=2, fix_imports=False)
+    except (RecursionError, pickle.PicklingError, TypeError, ValueError, MemoryError) as exc:
+        raise DumpError("%s: refused, its structure cannot be checked (%s): not used" % (name, type(exc).__name__)) \
+            from None
+    for kind in (b"set", b"frozenset", b"bytearray"):
+        if b"cbuiltins\n" + kind + b"\n" in again:
             raise DumpError("%s: refused, it contains a %s; a flight-recorder dump holds only dicts, lists, tuples, "
-                            "strings and numbers" % (name, type(item).__name__))
-        if isinstance(item, (dict, list, tuple)):
-            if id(item) in seen:
-                continue
-            seen.add(id(item))
-            count += 1
-            if count > limit:
-                raise DumpError("%s: more than %d containers: not used" % (name, limit))
-            stack.extend(item.keys() if isinstance(item, dict) else ())
-            stack.extend(item.values() if isinstance(item, dict) else item)
+                            "strings and numbers" % (name, kind.decode()))
+    if b"cbuiltins\n" in again:
+        raise DumpError("%s: refused, it contains an object of an unexpected type" % name)
 
 
 def load_dump(data, name, max_bytes=MAX_DUMP_BYTES, max_seconds=MAX_DUMP_SECONDS, max_memory=MAX_MEMORY_BYTES):
@@ -147,8 +145,7 @@ def load_dump(data, name, max_bytes=MAX_DUMP_BYTES, max_seconds=MAX_DUMP_SECONDS
             OverflowError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
         raise DumpError("%s: unreadable pickle (%s: %s): truncated or damaged; the other ranks are analysed without "
                         "it" % (name, type(exc).__name__, str(exc)[:200])) from None
-    if any(op in data for op in _UNUSUAL):
-        _check_types(obj, name)
+    _check_types(obj, name)
     if not isinstance(obj, dict):
         raise DumpError("%s: the pickle holds a %s, not a flight-recorder dict" % (name, type(obj).__name__))
     if "entries" not in obj and "pg_status" not in obj:
@@ -218,8 +215,24 @@ def op_name(profiling_name):
     return name.split(":", 1)[1] if ":" in name else name
 
 
+_SIGNATURES = {}
+
+
 def signature(entry):
-    """What every rank of a collective must agree on: the op, and for plain collectives sizes and dtypes."""
+    """What every rank of a collective must agree on: the op, and for plain collectives sizes and dtypes.
+
+    Most entries repeat a few shapes: the result is cached on the raw fields' text (C-speed str of short lists)."""
+    key = (str(entry.get("profiling_name")), str(entry.get("input_sizes")), str(entry.get("output_sizes")),
+           str(entry.get("input_dtypes")), str(entry.get("output_dtypes")))
+    sig = _SIGNATURES.get(key)
+    if sig is None:
+        if len(_SIGNATURES) > 100000:
+            _SIGNATURES.clear()
+        sig = _SIGNATURES[key] = _signature(entry)
+    return sig
+
+
+def _signature(entry):
     op = op_name(entry.get("profiling_name"))
     if any(tag in op for tag in _SIZE_FREE):
         return op
@@ -229,11 +242,12 @@ def signature(entry):
 
 
 def reduce_dump(dump, rank, name):
-    """Dump dict -> {rank, file, version, pgs {pg name: {...}}, signatures [(pg name, seq, sig)], problems}.
+    """Dump dict -> {rank, file, version, pgs {pg name: {...}}, signatures {pg name: [(seq, sig)]}, problems}.
 
     Per process group: desc, pg_id, ranks (from pg_config, None when unknown), last enqueued/started/completed
     (pg_status first: gloo leaves entry states at 'scheduled'; else from the entries), the last TAIL_ENTRIES
-    entries {seq, op, sig, state, time_created_ns, frames}. signatures feed the cross-rank mismatch scan.
+    collectives {seq, op, sig, state, time_created_ns, frames}: the stuck region, and what the cross-rank mismatch
+    scan compares (a desync that hangs a job sits at its end; older history only feeds the status).
     """
     problems = []
     version = _str(dump.get("version"), 20)
@@ -241,46 +255,74 @@ def reduce_dump(dump, rank, name):
     status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
     entries = dump.get("entries") if isinstance(dump.get("entries"), list) else []
     pgs = {}
-    signatures = []
-    for entry in entries:
-        if not isinstance(entry, dict):
+    last_pg, info = None, None
+    # With pg_status (2.4+ dumps) the status is read from it: only the end of the buffer is needed (the stuck region),
+    # so the entries are walked from the end until every group has its tail. Without it, all entries give the status.
+    backwards = any(isinstance(v, dict) for v in status.values())
+    enough = 4 * TAIL_ENTRIES * max(1, len(config), len(status))
+    scanned = 0
+    for entry in (reversed(entries) if backwards else entries):
+        if backwards:
+            scanned += 1
+            if scanned > enough and all(len(i["entries"]) >= TAIL_ENTRIES for i in pgs.values()):
+                break
+        if type(entry) is not dict:
             continue
         pg = entry.get("process_group")
-        pg_name = _str(pg[0], 100) if isinstance(pg, (list, tuple)) and pg else _str(entry.get("pg_name"), 100)
-        pg_desc = _str(pg[1], 100) if isinstance(pg, (list, tuple)) and len(pg) > 1 else None
-        if pg_name is None:
-            pg_name = str(_int(entry.get("pg_id")))
-        is_p2p = entry.get("is_p2p") is True or op_name(entry.get("profiling_name")) in ("send", "recv")
-        seq = _int(entry.get("p2p_seq_id") if is_p2p else entry.get("collective_seq_id"))
-        if seq is None:
-            continue
-        info = pgs.get(pg_name)
-        if info is None:
-            info = pgs[pg_name] = {"name": pg_name, "desc": pg_desc, "pg_id": _int(entry.get("pg_id")), "ranks": None,
-                                   "entries": [], "max_seq": -1, "max_started": -1, "max_completed": -1,
-                                   "status_source": "entries", "last_enqueued": None, "last_started": None,
-                                   "last_completed": None, "entries_read": 0}
+        if pg is not last_pg:  # consecutive entries of one group share nothing but the names: look them up once
+            if type(pg) in (list, tuple) and pg:
+                pg_name, pg_desc = _str(pg[0], 100), (_str(pg[1], 100) if len(pg) > 1 else None)
+            else:
+                pg_name, pg_desc = _str(entry.get("pg_name"), 100), None
+            if pg_name is None:
+                pg_name = str(_int(entry.get("pg_id")))
+            info = pgs.get(pg_name)
+            if info is None:
+                info = pgs[pg_name] = {"name": pg_name, "desc": pg_desc, "pg_id": _int(entry.get("pg_id")),
+                                       "ranks": None, "entries": [], "max_seq": -1, "max_started": -1,
+                                       "max_completed": -1, "status_source": "entries", "last_enqueued": None,
+                                       "last_started": None, "last_completed": None, "entries_read": 0}
+            last_pg = pg
         info["entries_read"] += 1
-        if is_p2p:
+        if entry.get("is_p2p") is True:
             continue  # point-to-point ops have their own sequence; the status below is about collectives
-        state = _str(entry.get("state"), 20)
-        info["max_seq"] = max(info["max_seq"], seq)
-        if state in ("started", "completed"):
-            info["max_started"] = max(info["max_started"], seq)
+        seq = entry.get("collective_seq_id")
+        if type(seq) is not int:
+            continue
+        state = entry.get("state")
+        if seq > info["max_seq"]:
+            info["max_seq"] = seq
         if state == "completed":
-            info["max_completed"] = max(info["max_completed"], seq)
-        sig = signature(entry)
-        signatures.append((pg_name, seq, sig))
-        info["entries"].append({"seq": seq, "op": op_name(entry.get("profiling_name")), "sig": sig, "state": state,
-                                "time_created_ns": _int(entry.get("time_created_ns")),
-                                "timeout_ms": _int(entry.get("timeout_ms")), "frames": entry.get("frames")})
-        if len(info["entries"]) > 2 * TAIL_ENTRIES:
-            del info["entries"][:TAIL_ENTRIES]
+            if seq > info["max_completed"]:
+                info["max_completed"] = seq
+            if seq > info["max_started"]:
+                info["max_started"] = seq
+        elif state == "started" and seq > info["max_started"]:
+            info["max_started"] = seq
+        tail = info["entries"]
+        if backwards:
+            if len(tail) < TAIL_ENTRIES:
+                tail.append(entry)
+            continue
+        tail.append(entry)
+        if len(tail) > 2 * TAIL_ENTRIES:
+            del tail[:TAIL_ENTRIES]
+    if backwards:
+        for info in pgs.values():
+            info["entries"].reverse()
     _apply_config(pgs, config, problems, name)
+    signatures = {}
     for info in pgs.values():
-        info["entries"] = info["entries"][-TAIL_ENTRIES:]
-        for entry in info["entries"]:
-            entry["frames"] = user_frames(entry["frames"])
+        kept = []
+        for entry in info["entries"][-TAIL_ENTRIES:]:
+            op = op_name(entry.get("profiling_name"))
+            if op in ("send", "recv"):
+                continue
+            kept.append({"seq": entry["collective_seq_id"], "op": op, "sig": signature(entry),
+                         "state": _str(entry.get("state"), 20), "time_created_ns": _int(entry.get("time_created_ns")),
+                         "timeout_ms": _int(entry.get("timeout_ms")), "frames": user_frames(entry.get("frames"))})
+        info["entries"] = kept
+        signatures[info["name"]] = [(e["seq"], e["sig"]) for e in kept]
         st = status.get(str(info["pg_id"])) if info["pg_id"] is not None else None
         if isinstance(st, dict) and _int(st.get("last_enqueued_collective")) is not None:
             info["last_enqueued"] = _int(st.get("last_enqueued_collective"))
@@ -318,11 +360,25 @@ def _apply_config(pgs, config, problems, name):
 
 
 def read_dump(data, rank, name, **limits):
-    """load_dump + reduce_dump. Returns (reduced dict, None) or (None, error message); never raises."""
+    """load_dump + reduce_dump of bytes (or of their base64 text). Returns (reduced dict, None) or (None, error
+    message); never raises.
+
+    The cyclic garbage collector is paused meanwhile (as torch's fr_trace loader does): a dump is tens of thousands
+    of fresh containers and no cycles, and the collector would walk them again and again (a third of the time)."""
+    paused = gc.isenabled()
+    gc.disable()
     try:
+        if isinstance(data, str):  # base64 as job_evidence sends it: decoded here, in the reading process
+            try:
+                data = base64.b64decode(data, validate=True)
+            except ValueError as exc:
+                raise DumpError("%s: the dump sent by the node is not valid base64 (%s)" % (name, exc)) from None
         dump = load_dump(data, name, **limits)
         return reduce_dump(dump, rank, name), None
     except DumpError as exc:
         return None, str(exc)
     except Exception as exc:  # a shape the reduction did not foresee: that dump is lost, the analysis goes on
         return None, "%s: not usable (%s: %s)" % (name, type(exc).__name__, str(exc)[:200])
+    finally:
+        if paused:
+            gc.enable()

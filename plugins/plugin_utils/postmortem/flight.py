@@ -23,7 +23,8 @@ class FlightAccumulator:
     def __init__(self):
         self.ranks = {}  # rank -> {file, version, pgs}
         self.refused = []  # {rank, file, error}
-        self.votes = {}  # (pg key, seq) -> {sig: array of ranks}
+        # Per group and sequence: the first signature seen, how many ranks recorded it, and the ranks that differ.
+        self.refs, self.counts, self.odd = {}, {}, {}  # key -> {seq: sig}; key -> {seq: n}; (key, seq) -> {sig: ranks}
         self.members = {}  # pg key -> set of member ranks (pg_config), or None when unknown
         self.names = {}  # pg key -> (name, desc)
         self.problems = []
@@ -48,12 +49,17 @@ class FlightAccumulator:
             else:
                 self.members.setdefault(key, set()).add(rank)
         keys = {pg["name"]: self._key(pg) for pg in reduced["pgs"].values()}
-        for pg_name, seq, sig in reduced["signatures"]:
-            slot = self.votes.setdefault((keys.get(pg_name, pg_name), seq), {})
-            ranks = slot.get(sig)
-            if ranks is None:
-                ranks = slot[sig] = array("i")
-            ranks.append(rank)
+        for pg_name, pairs in reduced["signatures"].items():
+            key = keys.get(pg_name, pg_name)
+            ref = self.refs.setdefault(key, {})
+            count = self.counts.setdefault(key, {})
+            for seq, sig in pairs:
+                count[seq] = count.get(seq, 0) + 1
+                first = ref.get(seq)
+                if first is None:
+                    ref[seq] = sig
+                elif first is not sig and first != sig:
+                    self.odd.setdefault((key, seq), {}).setdefault(sig, array("i")).append(rank)
         self.ranks[rank] = {"file": reduced["file"], "version": reduced["version"], "pgs": pgs,
                             "entries_total": reduced["entries_total"]}
         self.problems.extend(reduced["problems"])
@@ -175,16 +181,16 @@ class FlightAccumulator:
         return out
 
     def _first_mismatch(self):
-        first = None
-        for (key, seq), variants in self.votes.items():
-            if len(variants) < 2:
-                continue
-            if first is None or (seq, key) < (first[1], first[0]):
-                first = (key, seq, variants)
-        if first is None:
+        if not self.odd:
             return None
-        key, seq, variants = first
-        ordered = sorted(((sig, sorted(ranks)) for sig, ranks in variants.items()), key=lambda kv: (len(kv[1]), kv[0]))
+        key, seq = min(self.odd, key=lambda ks: (ks[1], ks[0]))
+        variants = {sig: sorted(ranks) for sig, ranks in self.odd[(key, seq)].items()}
+        others = sum(len(r) for r in variants.values())
+        # The first signature's ranks are not listed (most ranks agree): they are the members minus the others.
+        listed = set(r for ranks in variants.values() for r in ranks)
+        members = sorted(r for r, info in self.ranks.items() if key in info["pgs"] and r not in listed)
+        variants[self.refs[key][seq]] = members[: self.counts[key][seq] - others]
+        ordered = sorted(variants.items(), key=lambda kv: (len(kv[1]), kv[0]))
         odd = ordered[0][1] if len(ordered[0][1]) < len(ordered[-1][1]) else []
         frames = {}
         for rank in odd[:8]:
@@ -200,25 +206,88 @@ def _short(ranks, limit=8):
     return text + (",... (%d ranks)" % len(ranks) if len(ranks) > limit else "")
 
 
-def analyse_dumps(items, world_size=None, read=None, **limits):
-    """items: iterable of (rank, name, bytes or callable returning bytes). Returns the analysis dict; never raises.
-
-    Bytes are read and dropped one dump at a time, so a callable keeps a large job's dumps out of memory until used.
-    """
-    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.dump_reader import read_dump
-
-    read = read or read_dump
-    acc = FlightAccumulator()
+def _payloads(items, acc):
     for rank, name, data in items:
         try:
             payload = data() if callable(data) else data
         except (OSError, ValueError) as exc:
             acc.refuse(rank, name, "%s: could not be read (%s)" % (name, exc))
             continue
+        yield rank, name, payload
+
+
+def _read_in_worker(read, payload, rank, name, limits):
+    """Run in a pool process: the reading, and what it cost that process so far (pid, peak RSS in KiB, CPU s)."""
+    import os
+    import resource
+
+    result = read(payload, rank, name, **limits)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return result, (os.getpid(), usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
+
+
+def _parallel(jobs, read, workers, limits, costs):
+    """Yield (rank, name, (reduced, error)) in order, reading up to `workers` dumps at once in child processes, at
+    most 2 * workers dumps in flight. None when no pool. The children come from a fork server: they start clean
+    (none of the caller's memory, e.g. every node's evidence), and with the restricted reader only."""
+    import concurrent.futures
+    import multiprocessing
+
+    try:
+        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"))
+    except (OSError, ValueError, ImportError, NotImplementedError):
+        return None
+
+    def run():
+        pending = []
+        with pool:
+            for rank, name, payload in jobs:
+                pending.append((rank, name, pool.submit(_read_in_worker, read, payload, rank, name, limits)))
+                while len(pending) >= 2 * workers:
+                    r, n, future = pending.pop(0)
+                    result, (pid, rss_kb, cpu_s) = future.result()
+                    costs[pid] = (rss_kb, cpu_s)
+                    yield r, n, result
+            for r, n, future in pending:
+                result, (pid, rss_kb, cpu_s) = future.result()
+                costs[pid] = (rss_kb, cpu_s)
+                yield r, n, result
+    return run()
+
+
+def analyse_dumps(items, world_size=None, read=None, workers=0, **limits):
+    """items: iterable of (rank, name, bytes or callable returning bytes). Returns the analysis dict; never raises.
+
+    Bytes are read and dropped one dump at a time, so a callable keeps a large job's dumps out of memory until used.
+    workers > 1 reads dumps in that many child processes (the action uses the CPUs of the controller); a pool that
+    cannot start, or dies, falls back to reading them here.
+    """
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.dump_reader import read_dump
+
+    read = read or read_dump
+    acc = FlightAccumulator()
+    items = list(items)
+    done, costs = set(), {}
+    results = _parallel(_payloads(items, acc), read, workers, limits, costs) if workers and workers > 1 else None
+    if results is not None:
+        try:
+            for rank, name, (reduced, error) in results:
+                done.add((rank, name))
+                if error:
+                    acc.refuse(rank, name, error)
+                else:
+                    acc.add(reduced)
+        except Exception as exc:  # a broken pool (a worker killed): read the rest here
+            acc.problems.append("parallel dump reading stopped (%s): the rest was read serially" % exc)
+    for rank, name, payload in _payloads([i for i in items if (i[0], i[1]) not in done], acc):
         reduced, error = read(payload, rank, name, **limits)
         payload = None
         if error:
             acc.refuse(rank, name, error)
         else:
             acc.add(reduced)
-    return acc.analyse(world_size)
+    out = acc.analyse(world_size)
+    out["workers"] = {"processes": len(costs), "peak_rss_mb": round(max([c[0] for c in costs.values()] or [0]) / 1024.0,
+                                                                     1),
+                      "cpu_s": round(sum(c[1] for c in costs.values()), 3)}
+    return out
