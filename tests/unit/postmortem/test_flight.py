@@ -87,3 +87,12 @@ def test_callables_are_read_one_at_a_time_and_read_errors_are_kept():
 
     a = analyse_dumps([(0, "r0", lambda: pickle.dumps(dumps[0])), (1, "r1", broken)], world_size=2)
     assert a["refused"][0]["rank"] == 1 and "permission denied" in a["refused"][0]["error"]
+
+
+def test_worker_processes_give_the_same_analysis():
+    dumps = job_dumps(world=8, culprit=5, seq=50, mode="stop")
+    serial = analyse_dumps(items(dumps, damage={2}), world_size=8)
+    parallel = analyse_dumps(items(dumps, damage={2}), world_size=8, workers=2)
+    assert parallel["workers"]["processes"] >= 1 and parallel["workers"]["peak_rss_mb"] > 0
+    serial.pop("workers"), parallel.pop("workers")
+    assert parallel == serial
