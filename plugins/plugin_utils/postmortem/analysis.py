@@ -113,12 +113,19 @@ def analyse(hosts, **options):
                                        (opts["cuda_visible_devices"] or {}).get(cand["host"])) \
             if cand["host"] in good else None
     decided = verdict.decide(cands, hw, window, unreachable=set(bad))
+    rank_gpus = {}
+    for rank, info in ranks.items():
+        if info.get("host") in good and isinstance(info.get("local_rank"), int):
+            gpu = topology.gpu_for(good[info["host"]], info["local_rank"],
+                                   (opts["cuda_visible_devices"] or {}).get(info["host"]))
+            rank_gpus[rank] = {"index": gpu.get("index"), "pci": gpu.get("pci")}
     return {
         "window": window, "world_size": world, "world_size_basis": world_basis, "hosts_ok": sorted(good),
         "hosts_without_evidence": bad, "flight": flight, "logs": log_result, "merged_counts": {
             "streams": merged["streams"], "lines_read": merged["lines_read"], "outside_window": merged["outside_window"],
             "untimed_events": merged["untimed"], "xid_events_outside_window": outside},
-        "ranks": ranks, "gpus": gpus, "hardware": hw, "candidates": cands, "verdict": decided,
+        "ranks": ranks, "rank_gpus": rank_gpus, "gpus": gpus, "hardware": hw, "candidates": cands,
+        "verdict": decided,
         "clock": _clock(good, opts), "notes": notes, "errors": {h: list(ev.get("errors") or []) for h, ev in good.items()},
         "log_evidence": merged["evidence"],
     }

@@ -49,7 +49,7 @@ def _rank_rows(result):
     for rank in sorted(ranks):
         info = result["ranks"].get(rank) or {}
         cand = next((c for c in result["candidates"] if c["rank"] == rank), None)
-        gpu = (cand or {}).get("gpu") or {}
+        gpu = (cand or {}).get("gpu") or result.get("rank_gpus", {}).get(rank) or {}
         dump = "present" if rank in with_dump else "refused" if rank in refused else \
             "missing" if flight else "none"
         role = "culprit" if rank in culprits else "no_evidence" if info.get("host") in no_evidence else \
