@@ -57,6 +57,7 @@ def test_riser_xid79_on_node03_gpu5_names_rank_21_and_the_riser(tmp_path):
     assert v["action"].startswith("reseat the riser")
     assert "node03 GPU 5 (PCI 0000:a1:00): XID 79 at T-40 s" in output  # the playbook prints the verdict
     assert doc["job"]["world_size"] == 32 and doc["summary"]["dumps"] == 32
+    assert doc["flight"]["problems"] == []  # the dump-reading worker processes work under Ansible (no fallback)
     html = (tmp_path / "pm" / "latest" / "postmortem.html").read_text()
     assert "XID 79 at T-40 s" in html
 

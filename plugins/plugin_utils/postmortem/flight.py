@@ -232,9 +232,19 @@ def _parallel(jobs, read, workers, limits, costs):
     (none of the caller's memory, e.g. every node's evidence), and with the restricted reader only."""
     import concurrent.futures
     import multiprocessing
+    import os
+    import site
+    from pathlib import Path
 
+    # Under Ansible this module is found by Ansible's collection loader, which a fresh process does not have: the
+    # workers get the directory that holds ansible_collections/ on their path (site.addsitedir: a stdlib function,
+    # so the initializer itself needs no import of this collection).
+    here = Path(os.path.abspath(__file__))  # not resolved: the repository links ansible_collections back to itself
+    roots = [str(p.parent) for p in here.parents if p.name == "ansible_collections"][:1]
     try:
-        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"))
+        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"),
+                                                      initializer=site.addsitedir if roots else None,
+                                                      initargs=tuple(roots))
     except (OSError, ValueError, ImportError, NotImplementedError):
         return None
 
@@ -268,7 +278,8 @@ def analyse_dumps(items, world_size=None, read=None, workers=0, **limits):
     acc = FlightAccumulator()
     items = list(items)
     done, costs = set(), {}
-    results = _parallel(_payloads(items, acc), read, workers, limits, costs) if workers and workers > 1 else None
+    parallel = workers and workers > 1 and len(items) >= 16  # a pool costs a start-up: not worth it for a few dumps
+    results = _parallel(_payloads(items, acc), read, workers, limits, costs) if parallel else None
     if results is not None:
         try:
             for rank, name, (reduced, error) in results:

@@ -90,9 +90,9 @@ def test_callables_are_read_one_at_a_time_and_read_errors_are_kept():
 
 
 def test_worker_processes_give_the_same_analysis():
-    dumps = job_dumps(world=8, culprit=5, seq=50, mode="stop")
-    serial = analyse_dumps(items(dumps, damage={2}), world_size=8)
-    parallel = analyse_dumps(items(dumps, damage={2}), world_size=8, workers=2)
+    dumps = job_dumps(world=16, culprit=5, seq=50, mode="stop")
+    serial = analyse_dumps(items(dumps, damage={2}), world_size=16)
+    parallel = analyse_dumps(items(dumps, damage={2}), world_size=16, workers=2)
     assert parallel["workers"]["processes"] >= 1 and parallel["workers"]["peak_rss_mb"] > 0
     serial.pop("workers"), parallel.pop("workers")
     assert parallel == serial
