@@ -121,3 +121,21 @@ def test_clock_skew_and_shared_storage_are_reported():
     assert r["clock"] == {"node04": 42.0}
     assert any("rank 0 has a dump on node01 and on node04" in n for n in r["notes"])
     assert r["verdict"]["rank"] == 21
+
+
+def test_two_jobs_in_one_log_the_last_timeout_is_explained_unless_told_otherwise():
+    import time as _time
+
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import parse_torch_log
+    from helpers.module_runner import REPO
+
+    text = (REPO / "tests" / "fixtures" / "torch" / "two_jobs_interleaved.log").read_text()
+    ref = _time.mktime((2024, 12, 7, 0, 0, 0, 0, 0, -1))
+    ev = node_evidence(RISER_JOB, 0, T, log=False, dumps=False)
+    ev["logs"] = [{"source": "file", "path": "/srv/train/both.log", "parsed": parse_torch_log(text, reference=ref)}]
+    last = analysis.analyse({"node01": ev}, world_size=4)
+    assert last["verdict"]["rank"] == 1 and last["window"]["basis"] == "last timeout in the logs"
+    assert last["merged_counts"]["outside_window"] == 8  # job A's lines
+    t0 = _time.mktime((2024, 12, 6, 10, 0, 0, 0, 0, -1))
+    first = analysis.analyse({"node01": ev}, world_size=4, since=t0 - 900, until=t0 + 300)
+    assert first["verdict"]["rank"] == 2 and "rank 2 never enqueued work 412" in first["verdict"]["reasons"][0]
