@@ -112,7 +112,8 @@ def analyse(hosts, **options):
         cand["gpu"] = topology.gpu_for(good.get(cand["host"]), cand["local_rank"],
                                        (opts["cuda_visible_devices"] or {}).get(cand["host"])) \
             if cand["host"] in good else None
-    decided = verdict.decide(cands, hw, window, unreachable=set(bad))
+    decided = verdict.decide(cands, hw, window, unreachable=set(bad),
+                             have_dumps=bool((flight or {}).get("ranks_with_dump")))
     rank_gpus = {}
     for rank, info in ranks.items():
         if info.get("host") in good and isinstance(info.get("local_rank"), int):

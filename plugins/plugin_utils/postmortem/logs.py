@@ -33,20 +33,22 @@ def job_window(hosts, since=None, until=None, flight=None, pre_s=300.0, post_s=6
     window = {"since": since, "until": until, "t_fire": None, "t_last": None, "basis": None, "timeout_s": None}
     if since is not None or until is not None:
         window["basis"] = "given"
-    timed = []
+    timed, kills = [], []
     for evidence in hosts.values():
         for _log, parsed in _streams(evidence):
-            for kind in ("timeouts", "pg_status"):
+            for kind in ("timeouts", "pg_status", "heartbeat_kills"):
                 for event in parsed.get(kind) or []:
                     when = event.get("time")
                     if isinstance(when, (int, float)) and (since is None or when >= since) and \
                             (until is None or when <= until):
-                        timed.append((when, event))
+                        (kills if kind == "heartbeat_kills" else timed).append((when, event))
+    # A hang the heartbeat monitor ended before any collective timed out (its timeout is shorter) is a hang too.
+    timed = timed or kills
     if timed:
         t_last = max(t for t, _e in timed)
         cluster = [(t, e) for t, e in timed if t >= t_last - CLUSTER_S]
         t_fire = min(t for t, _e in cluster)
-        ran = [e.get("ran_for_ms") or e.get("timeout_ms") or 0 for _t, e in cluster]
+        ran = [e.get("ran_for_ms") or e.get("timeout_ms") or (e.get("stuck_s") or 0) * 1000 for _t, e in cluster]
         window.update({"t_fire": t_fire, "t_last": t_last, "timeout_s": max(ran) / 1000.0 if max(ran) else None})
         if window["basis"] is None:
             window.update({"since": t_fire - (window["timeout_s"] or 0) - pre_s, "until": t_last + post_s,

@@ -90,11 +90,11 @@ def _rank_text(cand):
     return "rank %d%s" % (cand["rank"], " (local rank %d)" % local if isinstance(local, int) else "")
 
 
-def decide(cands, hw, window, unreachable=()):
+def decide(cands, hw, window, unreachable=(), have_dumps=False):
     """The verdict: {kind, confidence, rank(s), host, gpu, pci, message, action, reasons, evidence, tie}."""
     t_ref = window.get("t_fire")
     if not cands:
-        return _no_rank(hw, window)
+        return _no_rank(hw, window, have_dumps)
     top = [c for c in cands if c["score"] == cands[0]["score"]]
     for c in top:
         c["issue"] = _hw_for(c, hw)
@@ -157,7 +157,7 @@ def decide(cands, hw, window, unreachable=()):
     return verdict
 
 
-def _no_rank(hw, window):
+def _no_rank(hw, window, have_dumps):
     serious = [(host, i) for host, issues in hw.items() for i in issues if SEVERITY[i["kind"]] >= 2]
     base = {"ranks": [], "rank": None, "host": None, "local_rank": None, "gpu": None, "pci": None, "uuid": None,
             "tie": False, "reasons": [], "frames": [], "t_rel_s": None, "evidence": [], "t_ref": window.get("t_fire")}
@@ -181,7 +181,8 @@ def _no_rank(hw, window):
                  "message": "the job hung but no rank stands out%s" % (
                      ": hardware events on %s" % "; ".join("%s GPU %s XID %s" % (h, i["gpus"][0], i["xid"])
                                                            for h, i in serious) if serious else
-                     " (all ranks joined the stuck collective and agree on it)"),
+                     " (every rank that dumped joined the stuck collective and agrees on it)" if have_dumps else
+                     " (no flight-recorder dumps, and the watchdog lines single out no rank)"),
                  "action": "check the network between the nodes (NCCL_DEBUG=INFO, the NICs and switch ports), and "
                            "enable the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=20000) for the next run"})
     return base

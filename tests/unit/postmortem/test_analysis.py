@@ -139,3 +139,16 @@ def test_two_jobs_in_one_log_the_last_timeout_is_explained_unless_told_otherwise
     t0 = _time.mktime((2024, 12, 6, 10, 0, 0, 0, 0, -1))
     first = analysis.analyse({"node01": ev}, world_size=4, since=t0 - 900, until=t0 + 300)
     assert first["verdict"]["rank"] == 2 and "rank 2 never enqueued work 412" in first["verdict"]["reasons"][0]
+
+
+def test_heartbeat_kills_alone_are_a_hang_without_a_named_rank():
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import parse_torch_log
+    from helpers.module_runner import REPO
+
+    text = (REPO / "tests" / "fixtures" / "torch" / "watchdog_heartbeat_kill.log").read_text()
+    ev = node_evidence(RISER_JOB, 0, T, log=False, dumps=False)
+    ev["logs"] = [{"source": "file", "path": "/x.log", "parsed": parse_torch_log(text, reference=T)}]
+    r = analysis.analyse({"node01": ev})
+    assert r["window"]["basis"] == "last timeout in the logs" and r["window"]["timeout_s"] == 480
+    assert r["verdict"]["kind"] == "undetermined" and len(r["logs"]["heartbeat_kills"]) == 4
+    assert "no flight-recorder dumps" in r["verdict"]["message"]
