@@ -104,3 +104,29 @@ def test_check_mode_reads_the_same(tmp_path):
     r = run_module("job_evidence", {"logs": [str(tmp_path / "t.log")], "kernel_log": "none", "nvidia_smi": False,
                                     "dump_prefixes": []}, check_mode=True)
     assert r["logs"][0]["parsed"]["culprit_rank"] == 3 and r["changed"] is False
+
+
+def test_journal_unit_lines_keep_the_journal_time(tmp_path):
+    import json
+    t = 1_765_000_000.0
+    records = [{"MESSAGE": "[rank0]:[E ProcessGroupNCCL.cpp:1] [PG 0 Rank 0] Exception (either an error or timeout) "
+                           "detected by watchdog at work: 5, last enqueued NCCL work: 5, last completed NCCL work: 4.",
+                "__REALTIME_TIMESTAMP": str(int(t * 1e6)), "__CURSOR": "s=1"},
+               {"MESSAGE": [91, 114, 97, 110, 107, 49, 93, 58, 32, 104, 105], "__REALTIME_TIMESTAMP": str(int(t * 1e6))}]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    out = tmp_path / "journal.json"
+    out.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    # A journalctl without --grep (systemd < 237): the module retries without it and says so.
+    (bindir / "journalctl").write_text('#!/bin/sh\necho "$@" >> %s/argv\ncase "$*" in *--grep*) echo "journalctl: '
+                                       'unrecognized option --grep" >&2; exit 1;; esac\ncat %s\n' % (tmp_path, out))
+    (bindir / "journalctl").chmod(0o755)
+    r = run_module("job_evidence", {"journal_units": ["train.service"], "since": "@%d" % (t - 60),
+                                    "kernel_log": "none", "nvidia_smi": False, "scan_processes": False,
+                                    "dump_prefixes": []}, path_prepend=[bindir])
+    log = r["logs"][0]
+    assert log["source"] == "journal" and log["unit"] == "train.service" and log["error"] is None, r
+    assert log["parsed"]["pg_status"][0]["time"] == t
+    assert any("no --grep" in n for n in r["notes"])
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[0].startswith("-u train.service -o json") and "--since=@%d" % (t - 60) in argv[0]
