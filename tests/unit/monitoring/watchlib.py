@@ -3,12 +3,14 @@ textfile with prometheus_client's parser (imported by name: conftest puts this d
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[3]
@@ -19,6 +21,26 @@ SIM_BIN = REPO / "sim" / "bin"
 LIB = REPO / "collections"
 
 XID79 = "NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+
+
+def install_tree(dest):
+    """The node layout the gpu_monitoring role installs: only the listed module_utils files, the package __init__.py
+    files, the entry scripts in bin/. Returns the library root (what GPUFLEET_LIB would be, here unneeded)."""
+    role_vars = yaml.safe_load((REPO / "roles" / "gpu_monitoring" / "vars" / "main.yml").read_text())
+    dest = Path(dest)
+    for pkg in role_vars["_gpu_monitoring_package_dirs"]:
+        (dest / pkg).mkdir(parents=True, exist_ok=True)
+        (dest / pkg / "__init__.py").write_text("")
+    mu = dest / role_vars["_gpu_monitoring_module_utils_dir"]
+    mu.mkdir(parents=True, exist_ok=True)
+    for name in role_vars["_gpu_monitoring_module_utils"]:
+        shutil.copy(REPO / "plugins" / "module_utils" / name, mu / name)
+    (dest / "bin").mkdir(exist_ok=True)
+    for script in (WATCHER, HEALTH):
+        shutil.copy(script, dest / "bin" / script.name)
+    for path in [dest] + [p for p in dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() or path.parent.name == "bin" else 0o644)
+    return dest
 
 
 def syslog_line(message, uptime=1234.5):
@@ -53,7 +75,7 @@ def total(metrics, name, **labels):
 class WatcherProc:
     """One watcher process with a config in `root`; the metrics and state directories live there too."""
 
-    def __init__(self, root, user=None, env=None, **cfg):
+    def __init__(self, root, user=None, env=None, python=sys.executable, tree=None, **cfg):
         self.root = Path(root)
         self.metrics_dir = self.root / "metrics"
         self.state_dir = self.root / "state"
@@ -67,14 +89,18 @@ class WatcherProc:
         self.prom = self.metrics_dir / "gpufleet_xid.prom"
         self.log_path = self.root / "watcher.log"
         self.user = user
-        self.env = dict(os.environ, GPUFLEET_LIB=str(LIB), PYTHONDONTWRITEBYTECODE="1")
+        self.python = python
+        self.script = Path(tree) / "bin" / WATCHER.name if tree else WATCHER
+        self.env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        if not tree:
+            self.env["GPUFLEET_LIB"] = str(LIB)
         self.env.update(env or {})
         self.proc = None
 
     def start(self):
         self._log = open(self.log_path, "ab")
         kwargs = {"user": self.user} if self.user is not None else {}
-        self.proc = subprocess.Popen([sys.executable, str(WATCHER), "--config", str(self.config_path)],
+        self.proc = subprocess.Popen([self.python, str(self.script), "--config", str(self.config_path)],
                                      stdout=self._log, stderr=subprocess.STDOUT, env=self.env, **kwargs)
         self.wait_for(lambda m: value(m, "gpufleet_watcher_up") == 1, what="the first textfile")
         return self
