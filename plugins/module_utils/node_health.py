@@ -145,10 +145,10 @@ def collect_gpus(fams, nvidia_smi, timeout_s, log, runner=run_tool):
     return bool(out["gpus"])
 
 
-def _nvme_controllers(setting):
-    if setting != "auto":
-        return list(setting or [])
-    return sorted("/dev/" + os.path.basename(p) for p in glob.glob("/sys/class/nvme/nvme*"))
+def _nvme_controllers(cfg):
+    """The configured controllers, plus every one in /sys/class/nvme when nvme_discover is on."""
+    found = sorted("/dev/" + os.path.basename(p) for p in glob.glob("/sys/class/nvme/nvme*")) if cfg["nvme_discover"] else []
+    return found + [d for d in cfg["nvme_devices"] or [] if d not in found]
 
 
 def collect_storage(fams, paths, mounts_file, log):
@@ -244,7 +244,7 @@ def collect(cfg, log, runner=run_tool, clock=time.time):
     up.add(1 if collect_gpus(fams, nvidia_smi, cfg["tool_timeout_seconds"], log, runner) else 0, collector="gpu")
     storage_ok, under_paths = collect_storage(fams, cfg["checkpoint_paths"], cfg["mounts_file"], log)
     up.add(1 if storage_ok else 0, collector="checkpoint_storage")
-    devices = _nvme_controllers(cfg["nvme_devices"])
+    devices = _nvme_controllers(cfg)
     for ctrl in under_paths:
         if ctrl not in devices:
             devices.append(ctrl)

@@ -77,7 +77,8 @@ DEFAULTS = {
     # node_health (the timer's collector) reads these; the watcher ignores them
     "checkpoint_paths": [],
     "nvme": "nvme",
-    "nvme_devices": "auto",
+    "nvme_discover": True,
+    "nvme_devices": [],
     "mounts_file": "/proc/mounts",
 }
 _NUMBERS = ("expected_gpus", "heartbeat_seconds", "poll_seconds", "event_write_seconds", "write_interval_seconds",
@@ -128,6 +129,14 @@ def load_config(path=None, overrides=None):
         if severity not in SEVERITIES:
             raise ConfigError("severity_overrides: XID %s -> %r is not one of %s" % (code, severity, ", ".join(SEVERITIES)))
     cfg["severity_overrides"] = overrides_
+    for key in ("journal_grep", "nvme_discover"):
+        if not isinstance(cfg[key], bool):
+            raise ConfigError("%s must be true or false, not %r" % (key, cfg[key]))
+    if not isinstance(cfg["nvme_devices"], list) or not all(isinstance(d, str) for d in cfg["nvme_devices"]):
+        raise ConfigError("nvme_devices must be a list of device paths such as /dev/nvme0, not %r" % (cfg["nvme_devices"],))
+    if not isinstance(cfg["checkpoint_paths"], list) or not all(
+            isinstance(p, str) and p.startswith("/") for p in cfg["checkpoint_paths"]):
+        raise ConfigError("checkpoint_paths must be a list of absolute paths, not %r" % (cfg["checkpoint_paths"],))
     for key in ("metrics_directory", "state_directory"):
         if not isinstance(cfg[key], str) or not cfg[key].startswith("/"):
             raise ConfigError("%s must be an absolute path, not %r" % (key, cfg[key]))

@@ -23,7 +23,7 @@ def run_health(tmp_path, scenario, **cfg):
     metrics_dir.mkdir(exist_ok=True)
     conf = {"metrics_directory": str(metrics_dir), "state_directory": str(tmp_path / "state"),
             "nvidia_smi": str(SIM_BIN / "nvidia-smi"), "nvme": str(SIM_BIN / "nvme"),
-            "nvme_devices": [], "checkpoint_paths": [node.checkpoint_dir()], "mounts_file": node.path("mounts")}
+            "nvme_devices": [], "nvme_discover": False, "checkpoint_paths": [node.checkpoint_dir()], "mounts_file": node.path("mounts")}
     conf.update(cfg)
     (tmp_path / "monitoring.json").write_text(json.dumps(conf))
     res = subprocess.run([sys.executable, str(HEALTH), "--config", str(tmp_path / "monitoring.json")],
