@@ -6,7 +6,7 @@ the node).
 node_exporter reads every ``*.prom`` file of its textfile directory at each scrape. A file it reads half-written is a
 scrape error (or, worse, a counter that seems to drop), so a file is replaced, never rewritten in place: a temporary
 file in the same directory (its name does not end in ``.prom``, so the collector never reads it), write, fsync,
-rename over the old file, fsync the directory.
+rename over the old file.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -84,10 +84,13 @@ def render(families):
     return "\n".join(parts) + "\n" if parts else ""
 
 
-def atomic_write(path, data, mode=0o644):
-    """Replace path with data (str or bytes): temp file in the same directory, fsync, rename, fsync the directory.
+def atomic_write(path, data, mode=0o644, sync_directory=False):
+    """Replace path with data (str or bytes): temp file in the same directory, write, fsync, rename.
 
-    Raises OSError (unwritable directory, full disk): the caller decides what that means. Never leaves the temp file.
+    A reader sees the old file or the new one, whole, never a mix. sync_directory also fsyncs the directory so the
+    rename itself survives a power cut; the watcher does not need it (after a crash an older state file replays the
+    same lines onto the same counters) and it doubles the cost of every write. Raises OSError (unwritable directory,
+    full disk): the caller decides what that means. Never leaves the temp file behind.
     """
     directory = os.path.dirname(os.path.abspath(path))
     if isinstance(data, str):
@@ -106,7 +109,9 @@ def atomic_write(path, data, mode=0o644):
         except OSError:
             pass
         raise
-    try:  # the rename itself survives a power cut only once the directory is on disk
+    if not sync_directory:
+        return
+    try:
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
