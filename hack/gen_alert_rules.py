@@ -22,14 +22,14 @@ sys.path.insert(0, str(REPO / "collections"))
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import CATALOG, SNAPSHOT  # noqa: E402
 
 OUT_PATH = REPO / "monitoring" / "prometheus" / "gpufleet-alerts.yml"
-FIELD_GUIDE_PAGES = (48, 63, 64, 79)
+ALWAYS_PAGE = (48, 63, 64, 79)
 RISING_RATE_ONLY = (92,)
 DEFAULT_SCRAPE_INTERVAL = "30s"
 DEFAULT_NODE_JOB = "gpufleet-node"
 
 
 def critical_codes():
-    codes = set(FIELD_GUIDE_PAGES) | {code for code, entry in CATALOG.items() if entry[5] == "critical"}
+    codes = set(ALWAYS_PAGE) | {code for code, entry in CATALOG.items() if entry[5] == "critical"}
     return sorted(codes - set(RISING_RATE_ONLY))
 
 
