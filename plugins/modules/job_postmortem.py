@@ -37,6 +37,25 @@ description:
   - Does not fail on a verdict; fails only when the post-mortem cannot be written.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  action:
+    support: full
+    details: An action plugin on the controller; the module file only documents it.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+    details: Read-only; check mode runs the same reads.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
 options:
   hosts:
     description: The job's nodes. Default C(ansible_play_hosts_all) of the play the task runs in.

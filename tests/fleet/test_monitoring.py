@@ -50,7 +50,7 @@ PLAY = """
   tasks:
     - name: node_exporter
       ansible.builtin.import_role:
-        name: kentino.gpufleet.node_exporter
+        name: kentino.gpufleet.gpufleet_node_exporter
     - name: gpu_monitoring
       ansible.builtin.import_role:
         name: kentino.gpufleet.gpu_monitoring
