@@ -3,6 +3,8 @@
     gpufleet run burn_in -i inventories/example [-l gpu-node-01] [-e gpufleet_burn_duration_s=3600] [--check]
     gpufleet report [reports/latest]
     gpufleet abort -i inventories/example [-l gpu-node-01]   (stop what an interrupted run left on the nodes)
+    gpufleet postmortem -i inventory -l node01,node02 --logs '/srv/train/logs/*.log' [--since -2h]
+    gpufleet postmortem --show [reports/postmortem/latest]
 
 `run` is `ansible-playbook` with the collection's configuration (ansible.cfg of this checkout), its events kept by
 ansible-runner under the report directory, and the report table printed at the end. The exit code is the playbook's:
@@ -14,6 +16,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,6 +78,87 @@ def show_report(path, console=None):
     return report
 
 
+def show_postmortem(path, console=None):
+    """Print a postmortem.json (or its directory) as the verdict and a findings table; return the document."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    path = Path(path)
+    if path.is_dir():
+        path = path / "postmortem.json"
+    doc = json.loads(path.read_text())
+    v = doc["verdict"]
+    style = "bold red" if v["kind"] in ("hardware", "software", "rank", "tie") else "yellow"
+    console.print("[%s]Job post-mortem %s: %s[/] (confidence %s)" % (style, doc["run_id"], v["kind"].upper(),
+                                                                   v["confidence"]))
+    console.print(v["message"], markup=False)
+    console.print("Action: " + v["action"], markup=False)
+    table = Table(title="Findings", show_lines=True)
+    for column in ("severity", "code", "message", "action"):
+        table.add_column(column, overflow="fold")
+    for f in doc["findings"]:
+        table.add_row(f["severity"].upper(), f["code"], f["message"], f["action"])
+    console.print(table)
+    console.print("Files: %s" % path.parent)
+    return doc
+
+
+def _runner(playbook, args, extra):
+    import ansible_runner
+
+    envvars = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INJECT_FACT_VARS": "false"}
+    # ansible-runner execs ansible-playbook from PATH: use the one installed beside this Python.
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    with tempfile.TemporaryDirectory(prefix="gpufleet-runner.") as private:
+        kwargs = dict(private_data_dir=private, project_dir=str(REPO), playbook=str(REPO / "playbooks" /
+                      (playbook + ".yml")), extravars=extra, envvars=envvars, quiet=args.quiet,
+                      artifact_dir=str(Path(args.report_dir).resolve() / ".runner"))
+        if args.inventory:
+            kwargs["inventory"] = [str(Path(i).resolve()) for i in args.inventory]
+        if args.limit:
+            # The last play runs on localhost: a limit without it would silently skip the report.
+            kwargs["limit"] = args.limit if "localhost" in args.limit.split(",") else args.limit + ",localhost"
+        if getattr(args, "check", False):
+            kwargs["cmdline"] = "--check"
+        return ansible_runner.run(**kwargs)
+
+
+def cmd_postmortem(args):
+    pm_dir = Path(args.report_dir).resolve() / "postmortem"
+    if args.show is not None:
+        path = Path(args.show or (pm_dir / "latest"))
+        path = path / "postmortem.json" if path.is_dir() or not path.suffix else path
+        try:
+            show_postmortem(path)
+        except (OSError, ValueError, KeyError) as exc:
+            sys.stderr.write("gpufleet: no readable post-mortem at %s (%s): run `gpufleet postmortem` first\n"
+                             % (path, exc))
+            return 1
+        return 0
+    extra = parse_extra(args.extra_vars)
+    extra.setdefault("job_postmortem_report_dir", str(pm_dir))
+    for key, value in (("job_postmortem_logs", args.logs), ("job_postmortem_journal_units", args.journal_unit),
+                       ("job_postmortem_dump_prefixes", args.dump_prefix)):
+        if value:
+            extra[key] = value
+    for key, value in (("job_postmortem_since", args.since), ("job_postmortem_until", args.until),
+                       ("job_postmortem_world_size", args.world_size), ("job_postmortem_hosts", args.hosts)):
+        if value is not None:
+            extra[key] = value
+    if args.become:
+        extra["job_postmortem_become"] = True
+    Path(extra["job_postmortem_report_dir"]).mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    result = _runner("job_postmortem", args, extra)
+    latest = Path(extra["job_postmortem_report_dir"]) / "latest" / "postmortem.json"
+    if latest.exists() and latest.stat().st_mtime >= started - 1:
+        show_postmortem(latest)
+    if result.status != "successful":
+        sys.stderr.write("gpufleet: job_postmortem ended %s (rc %s)\n" % (result.status, result.rc))
+    return result.rc if result.rc is not None else 1
+
+
 def cmd_run(args):
     import ansible_runner
 
@@ -124,12 +208,30 @@ def main(argv=None):
     abort.add_argument("-q", "--quiet", action="store_true")
     rep = sub.add_parser("report", help="show a fleet report as a table")
     rep.add_argument("path", nargs="?", default="reports/latest")
+    pm = sub.add_parser("postmortem", help="name the rank, node, GPU and reason of a hung training job")
+    pm.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
+    pm.add_argument("-l", "--limit", help="the job's nodes (localhost is added for the analysis)")
+    pm.add_argument("--hosts", help="host pattern of the job's nodes (default gpufleet_nodes)")
+    pm.add_argument("--logs", action="append", default=[], help="log file or glob of the job on each node (repeat)")
+    pm.add_argument("--journal-unit", action="append", default=[], help="systemd unit whose journal has the output")
+    pm.add_argument("--dump-prefix", action="append", default=[],
+                    help="flight-recorder dump prefix (default /var/tmp/gpufleet-nccl-dumps/nccl_trace_rank_)")
+    pm.add_argument("--since", help="window start: ISO 8601, @epoch or -2h (default: around the last timeout)")
+    pm.add_argument("--until", help="window end")
+    pm.add_argument("--world-size", type=int)
+    pm.add_argument("--become", action="store_true", help="read logs, dumps and the kernel log as root")
+    pm.add_argument("-e", "--extra-vars", action="append", default=[])
+    pm.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
+    pm.add_argument("-q", "--quiet", action="store_true", help="only the verdict, not Ansible's output")
+    pm.add_argument("--show", nargs="?", const="", help="show a written post-mortem instead (default the latest)")
     args = parser.parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
     if args.command == "abort":
         args.playbook, args.check = "abort", False
         return cmd_run(args)
+    if args.command == "postmortem":
+        return cmd_postmortem(args)
     report = show_report(args.path)
     return 2 if report["summary"]["gate"]["failed"] else 0
 

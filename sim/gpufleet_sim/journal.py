@@ -2,7 +2,7 @@
 
 journalctl: -k/--dmesg, -b [ID|OFFSET|all], --boot=all, -o json|short|short-iso|short-precise|short-monotonic|cat,
 --after-cursor, --cursor, --cursor-file, --show-cursor, --since/--until (absolute, @epoch, today, yesterday, now,
-"N min ago", -Nh), -n/--lines, -r, -g/--grep, -p/--priority, --list-boots, FIELD=VALUE matches (_TRANSPORT=kernel,
+"N min ago", -Nh), -n/--lines (N or all), -f/--follow, -r, -g/--grep, -p/--priority, --list-boots, FIELD=VALUE matches (_TRANSPORT=kernel,
 _BOOT_ID=, PRIORITY=, SYSLOG_IDENTIFIER=), and the no-ops --no-pager -q -a --utc --no-hostname -m --system.
 --output-fields (json), dmesg: plain, -T/--ctime, --time-format iso|ctime|raw|notime, -x/--decode, -r/--raw, -t/--notime, -l/--level;
 current boot only, like the kernel ring buffer (optionally truncated: scenario kernel_log.ring_buffer_lines).
@@ -10,6 +10,7 @@ current boot only, like the kernel ring buffer (optionally truncated: scenario k
 
 import calendar
 import json
+import os
 import re
 import sys
 import time
@@ -93,6 +94,7 @@ class JArgs:
         self.matches = []
         self.utc = False
         self.output_fields = None
+        self.follow = False
         self.error = None
 
 
@@ -146,7 +148,9 @@ def parse_journal_args(argv, now):
                 a.until = ts
         elif key in ("-n", "--lines"):
             raw = take(val) or "10"
-            a.lines = int(raw.lstrip("+")) if raw.lstrip("+").isdigit() else 10
+            a.lines = "all" if raw == "all" else (int(raw.lstrip("+")) if raw.lstrip("+").isdigit() else 10)
+        elif key in ("-f", "--follow"):
+            a.follow = True
         elif key in ("-r", "--reverse"):
             a.reverse = True
         elif key in ("-g", "--grep"):
@@ -234,28 +238,34 @@ def journalctl(node, argv, out, err):
         err.write("Failed to seek to cursor: Invalid argument\n")
         return 1
     grep = re.compile(a.grep) if a.grep else None
-    recs = []
-    for rec in node.kernel_records():
+
+    def wanted(rec):
         if boots is not None and rec["boot"] not in boots:
-            continue
+            return None
         if after_seq is not None and rec["seq"] <= after_seq:
-            continue
+            return None
         if from_seq is not None and rec["seq"] < from_seq:
-            continue
+            return None
         if a.since is not None and rec["rt"] < a.since * 1e6:
-            continue
+            return None
         if a.until is not None and rec["rt"] > a.until * 1e6:
-            continue
+            return None
         if a.priority is not None and rec["prio"] > a.priority:
-            continue
+            return None
         fields = _fields(node, rec)
         if any(str(fields.get(k)) != v for k, v in a.matches):
-            continue
+            return None
         if grep and not grep.search(klog.message_bytes(rec).decode("utf-8", "replace")):
-            continue
-        recs.append((rec, fields))
-    if a.lines is not None:
-        recs = recs[-a.lines:] if a.lines else []
+            return None
+        return fields
+
+    records, offset = _read_records(node.path("kernel.jsonl"), 0)
+    recs = [(rec, f) for rec, f in ((rec, wanted(rec)) for rec in records) if f is not None]
+    lines = a.lines
+    if lines is None and a.follow and not (a.since is not None or after or a.cursor):
+        lines = 10  # like journalctl: --follow alone starts with the last 10 entries
+    if lines is not None and lines != "all":
+        recs = recs[-lines:] if lines else []
     if a.reverse:
         recs.reverse()
     _render(node, a, recs, out)
@@ -266,7 +276,55 @@ def journalctl(node, argv, out, err):
         if a.cursor_file:
             with open(a.cursor_file, "w") as fh:
                 fh.write(last)
+    if a.follow:
+        return _follow(node, a, wanted, out, offset, records[-1]["rt"] if records else 0)
     return 0
+
+
+def _read_records(path, offset):
+    """Complete records of kernel.jsonl from byte offset: (records, offset after the last complete line)."""
+    out = []
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return out, offset
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out, offset + end
+
+
+def _follow(node, a, wanted, out, offset, last_rt):
+    """-f: print records appended to the log as they come, until killed (SIGTERM) or the reader goes away."""
+    path = node.path("kernel.jsonl")
+    after_reset = False
+    try:
+        out.flush()
+        while True:
+            time.sleep(0.1)
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                continue
+            if size < offset:  # sim/reset: a new log; print only what is newer than what was printed
+                offset, after_reset = 0, True
+            if size == offset:
+                continue
+            records, offset = _read_records(path, offset)
+            fresh = [(rec, f) for rec, f in ((rec, wanted(rec)) for rec in records
+                                             if not after_reset or rec["rt"] > last_rt) if f is not None]
+            if records:
+                last_rt = max(last_rt, records[-1]["rt"])
+            if fresh:
+                _render(node, a, fresh, out)
+                out.flush()
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
 
 
 def _render(node, a, recs, out):

@@ -1,0 +1,116 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Action kentino.gpufleet.job_postmortem: every node's job_evidence -> analysis -> postmortem.json/md/html.
+
+Runs entirely on the controller. Documentation and the argument_spec live in plugins/modules/job_postmortem.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.kentino.gpufleet.plugins.module_utils.job_sources import parse_when
+from ansible_collections.kentino.gpufleet.plugins.modules.job_postmortem import ARGUMENT_SPEC
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import analysis, document
+
+
+def _plain(value, depth=0):
+    """Ansible's lazy/tagged containers and unsafe strings -> plain JSON types."""
+    if depth > 40:
+        return str(value)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v, depth + 1) for v in value]
+    return str(value)
+
+
+def _host_value(hostvars, host, name):
+    """A host's variable as plain data; a value that does not template becomes a failed result naming it."""
+    try:
+        hv = hostvars[host]
+    except Exception:
+        return None
+    try:
+        if name not in hv:
+            return None
+        return _plain(hv[name])
+    except Exception as exc:
+        return {"failed": True, "msg": "could not read %s of %s: %s" % (name, host, exc)}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        hosts = [str(h) for h in (args.get("hosts") if args.get("hosts") is not None
+                                  else task_vars.get("ansible_play_hosts_all") or [])]
+        hosts = [h for h in dict.fromkeys(hosts) if h != "localhost"]
+        if not hosts:
+            raise AnsibleActionFail("no nodes to analyse: the host pattern matched no host (the playbook targets "
+                                    "group gpufleet_nodes; pass -e job_postmortem_hosts=<pattern> or -l)")
+        now = time.time()
+        try:
+            since, until = parse_when(args.get("since"), now), parse_when(args.get("until"), now)
+        except ValueError as exc:
+            raise AnsibleActionFail("since/until: %s" % exc) from exc
+        if since is not None and until is not None and until < since:
+            raise AnsibleActionFail("until (%s) is before since (%s)" % (args["until"], args["since"]))
+        hostvars = task_vars.get("hostvars") or {}
+        evidence, rails, visible = {}, {}, {}
+        for host in hosts:
+            evidence[host] = _host_value(hostvars, host, args["evidence_var"])
+            rail = _host_value(hostvars, host, "gpufleet_psu_rails")
+            if isinstance(rail, dict):
+                rails[host] = rail
+            cvd = _host_value(hostvars, host, "gpufleet_cuda_visible_devices")
+            if isinstance(cvd, (str, int)):
+                visible[host] = str(cvd)
+        outcome = analysis.analyse(evidence, since=since, until=until, world_size=args.get("world_size"),
+                                   pre_s=args["pre_s"], post_s=args["post_s"], psu_rails=rails,
+                                   cuda_visible_devices=visible, max_dump_bytes=args["max_dump_bytes"],
+                                   max_dump_seconds=args["max_dump_seconds"],
+                                   max_memory_bytes=args["max_dump_memory_mb"] * 1024 * 1024, now=now,
+                                   workers=min(4, os.cpu_count() or 1))
+        run_id = args.get("run_id") or time.strftime("postmortem-%Y%m%dT%H%M%SZ", time.gmtime(now))
+        doc = document.build(outcome, run_id)
+        try:
+            document.validate(doc)
+        except document.DocumentError as exc:
+            raise AnsibleActionFail(str(exc)) from exc
+        result.update({"changed": False, "run_id": run_id, "verdict": doc["verdict"],
+                       "findings": doc["summary"]["findings"],
+                       "summary_md": document.summary_line(doc) + "\nAction: " + doc["verdict"]["action"]})
+        if self._task.check_mode:
+            result["msg"] = "check mode: analysed, no files written"
+            return result
+        report_dir = os.path.expanduser(args["report_dir"])
+        try:
+            written = document.write(doc, report_dir, latest=args["latest_link"])
+        except (OSError, document.DocumentError) as exc:
+            raise AnsibleActionFail("could not write the post-mortem under %s: %s (check the directory is writable, "
+                                    "or set report_dir)" % (report_dir, exc)) from exc
+        files = written["files"]
+        result.update({"changed": True, "run_dir": written["run_dir"], "json_path": files["postmortem.json"],
+                       "md_path": files["postmortem.md"], "html_path": files["postmortem.html"],
+                       "msg": document.summary_line(doc)})
+        result["summary_md"] += "\nHTML: %s" % files["postmortem.html"]
+        return result

@@ -1,0 +1,399 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Follow a growing log: a file (with rotation and truncation) or a long-running tool's stdout (stdlib only: runs on
+the node). Used by the XID watcher; the parsing stays in kernel_log.py.
+
+Both followers hand out whole lines as bytes and never hold more than max_line_bytes of one line: a longer line is
+cut (counted in ``overlong``) and the rest of it skipped, so a 1 MB line or a file of random bytes without newlines
+costs bounded memory. Nothing here decodes text: bytes that are not UTF-8 pass through untouched.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import errno
+import fcntl
+import hashlib
+import os
+import select
+import signal
+import subprocess
+
+MAX_LINE_BYTES = 1024 * 1024
+READ_BYTES = 1024 * 1024
+HEAD_BYTES = 512
+
+
+class LineSplitter:
+    """Bytes in, complete lines out; a line longer than max_line_bytes is cut there and the rest of it dropped."""
+
+    def __init__(self, max_line_bytes=MAX_LINE_BYTES):
+        self.max_line_bytes = max_line_bytes
+        self.partial = b""
+        self.skipping = False  # inside the dropped rest of an overlong line
+        self.overlong = 0
+
+    def feed(self, data):
+        """Complete lines (without newline) found in data after what was buffered."""
+        lines = []
+        start = 0
+        size = len(data)
+        while start < size:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                if not self.skipping:
+                    room = self.max_line_bytes - len(self.partial)
+                    chunk = data[start:]
+                    if len(chunk) > room:
+                        lines.append(self.partial + chunk[:room])  # hand out the head now, drop the rest
+                        self.partial = b""
+                        self.skipping = True
+                        self.overlong += 1
+                    else:
+                        self.partial += chunk
+                break
+            if self.skipping:
+                self.skipping = False
+            else:
+                line = self.partial + data[start:nl]
+                if len(line) > self.max_line_bytes:
+                    line = line[:self.max_line_bytes]
+                    self.overlong += 1
+                lines.append(line)
+            self.partial = b""
+            start = nl + 1
+        return lines
+
+    def flush(self):
+        """The unterminated rest as a last line (the writer is gone: a rotated file, an exited tool)."""
+        line, self.partial, self.skipping = self.partial, b"", False
+        return [line] if line else []
+
+    @property
+    def pending_bytes(self):
+        return len(self.partial)
+
+
+class BlockSplitter:
+    """Bytes in, blocks of whole lines out (no per-line Python work: the caller scans blocks with bytes.find).
+
+    Only the unterminated tail is buffered, at most max_line_bytes of it: a longer line is handed out cut at that
+    length (counted in overlong) and the rest of it dropped, so a file of random bytes without newlines costs
+    bounded memory.
+    """
+
+    def __init__(self, max_line_bytes=MAX_LINE_BYTES):
+        self.max_line_bytes = max_line_bytes
+        self.partial = b""
+        self.skipping = False
+        self.overlong = 0
+
+    def feed(self, data):
+        """(block of complete lines ending with a newline or b"", number of lines in it)."""
+        last_nl = data.rfind(b"\n")
+        if last_nl < 0:
+            return self._tail(data)
+        body = data[:last_nl + 1]
+        if self.skipping:
+            body = body[body.find(b"\n") + 1:]
+            self.skipping = False
+            block = body
+        else:
+            block = self.partial + body if self.partial else body
+        self.partial = b""
+        extra, extra_lines = self._tail(data[last_nl + 1:])
+        return block + extra, block.count(b"\n") + extra_lines
+
+    def _tail(self, rest):
+        if self.skipping or not rest:
+            return b"", 0
+        if len(self.partial) + len(rest) > self.max_line_bytes:
+            head = (self.partial + rest)[:self.max_line_bytes]
+            self.partial = b""
+            self.skipping = True
+            self.overlong += 1
+            return head + b"\n", 1
+        self.partial += rest
+        return b"", 0
+
+    def flush(self):
+        """The unterminated rest as a last line (the writer is gone: a rotated file)."""
+        line, self.partial, self.skipping = self.partial, b"", False
+        return (line + b"\n", 1) if line else (b"", 0)
+
+    @property
+    def pending_bytes(self):
+        return len(self.partial)
+
+
+def _head_digest(path, length):
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(length)
+    except (IOError, OSError):
+        return 0, None
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+class FileFollower:
+    """Follow a plain-text log file by polling (no inotify in the stdlib; a poll a fraction of a second is cheap).
+
+    read_block() returns blocks of whole lines. position: {"path", "inode", "dev", "offset", "head_bytes",
+    "head_sha256"} of the last run, or None. The saved offset is always at a line start, so a restart neither repeats
+    nor loses a line. Rotation (the path now names another inode): the old file is read to its end first, through the
+    descriptor still open or, after a restart, the rotated sibling found by inode; then the new file from its start.
+    Truncation (size below the offset) or a new file that reuses the inode number (different first bytes): read from
+    the start. Each of these is said in notes (the watcher logs them).
+    """
+
+    def __init__(self, path, position=None, max_line_bytes=MAX_LINE_BYTES, read_bytes=READ_BYTES):
+        self.path = os.path.abspath(path)
+        self.max_line_bytes = max_line_bytes
+        self.splitter = BlockSplitter(max_line_bytes)
+        self.read_bytes = read_bytes
+        self.fh = None
+        self.st = None
+        self.offset = 0  # bytes of the current file handed out as whole lines
+        self.notes = []
+        self._old = None  # file object of a file rotated away that still has unread bytes
+        self._pending_prev = position or {}
+        self._open_initial()
+
+    # ---- opening --------------------------------------------------------------------------------------------
+    def _open(self, path):
+        fh = open(path, "rb")
+        return fh, os.fstat(fh.fileno())
+
+    def _open_initial(self):
+        prev = self._pending_prev
+        try:
+            fh, st = self._open(self.path)
+        except (IOError, OSError) as exc:
+            if not self.notes or "cannot open" not in self.notes[-1]:
+                self.notes.append("cannot open %s yet: %s (retrying)" % (self.path, exc.strerror or exc))
+            return
+        self._pending_prev = {}
+        offset = 0
+        if prev.get("path") == self.path and prev.get("inode") is not None:
+            saved = int(prev.get("offset") or 0)
+            if prev.get("inode") == st.st_ino and prev.get("dev") == st.st_dev:
+                length, digest = _head_digest(self.path, int(prev.get("head_bytes") or 0))
+                if st.st_size < saved:
+                    self.notes.append("%s was truncated (size %d < saved offset %d): reading it from the start"
+                                      % (self.path, st.st_size, saved))
+                elif prev.get("head_sha256") and (length, digest) != (prev.get("head_bytes"), prev["head_sha256"]):
+                    self.notes.append("%s is a new file with the inode number of the old one: reading it from the "
+                                      "start" % self.path)
+                else:
+                    offset = saved
+            else:
+                old = self._rotated_sibling(prev)
+                if old is not None:
+                    try:
+                        ofh, _ost = self._open(old)
+                        ofh.seek(saved)
+                        self._old = ofh
+                        self.notes.append("%s was rotated to %s since the last run: reading its rest from byte %d"
+                                          % (self.path, old, saved))
+                    except (IOError, OSError):
+                        pass
+                else:
+                    self.notes.append("%s was rotated and the old file (inode %s) is gone: lines written between the "
+                                      "last run and the rotation may be missed" % (self.path, prev.get("inode")))
+        fh.seek(offset)
+        self.fh, self.st, self.offset = fh, st, offset
+
+    def _rotated_sibling(self, prev):
+        directory, base = os.path.split(self.path)
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return None
+        for name in names:
+            if name == base or not name.startswith(base):
+                continue
+            candidate = os.path.join(directory, name)
+            try:
+                st = os.stat(candidate)
+            except OSError:
+                continue
+            if st.st_ino == prev.get("inode") and st.st_dev == prev.get("dev"):
+                length, digest = _head_digest(candidate, int(prev.get("head_bytes") or 0))
+                if not prev.get("head_sha256") or (length, digest) == (prev.get("head_bytes"), prev["head_sha256"]):
+                    return candidate
+        return None
+
+    # ---- reading --------------------------------------------------------------------------------------------
+    def read_block(self):
+        """(bytes of whole lines written since the last call, number of lines); (b"", 0) when nothing is new.
+
+        At most read_bytes (plus one line) per call, so a caller can work in bounded steps. Never raises for I/O
+        problems: they go to notes.
+        """
+        if self._old is not None:
+            block, count = self._drain(self._old, count_offset=False)
+            if block:
+                return block, count
+            self._old.close()
+            self._old = None
+            block, count = self.splitter.flush()
+            if block:
+                return block, count
+        if self.fh is None:
+            self._open_initial()
+            if self.fh is None:
+                return b"", 0
+        block, count = self._drain(self.fh)
+        if block:
+            return block, count
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return b"", 0  # rotated away, the new file not yet created: keep the old one open
+        if st.st_ino != self.st.st_ino or st.st_dev != self.st.st_dev:
+            block, count = self._drain(self.fh)  # written to the old file between the read above and the rename
+            if block:
+                return block, count
+            block, count = self.splitter.flush()  # the old file is read to its end: its unterminated last line
+            self.fh.close()
+            try:
+                self.fh, self.st = self._open(self.path)
+            except (IOError, OSError) as exc:
+                self.notes.append("cannot open %s after its rotation: %s (retrying)" % (self.path, exc.strerror or exc))
+                self.fh, self.st = None, None
+                return block, count
+            self.offset = 0
+            self.notes.append("%s was rotated: following the new file" % self.path)
+            return block, count
+        if st.st_size < self.offset + self.splitter.pending_bytes:
+            self.notes.append("%s was truncated (size %d, read up to %d): reading it from the start"
+                              % (self.path, st.st_size, self.offset))
+            self.splitter = BlockSplitter(self.max_line_bytes)
+            self.fh.seek(0)
+            self.offset = 0
+            return self._drain(self.fh)
+        return b"", 0
+
+    def _drain(self, fh, count_offset=True):
+        while True:
+            try:
+                data = fh.read(self.read_bytes)
+            except (IOError, OSError) as exc:
+                self.notes.append("read error on %s: %s" % (self.path, exc))
+                return b"", 0
+            if not data:
+                return b"", 0
+            before = self.splitter.pending_bytes
+            block, count = self.splitter.feed(data)
+            if count_offset:
+                self.offset += before + len(data) - self.splitter.pending_bytes
+            if block:
+                return block, count
+
+    def position(self):
+        """Where a restart resumes: the start of the first line not yet handed out."""
+        if self.st is None:
+            return dict(self._pending_prev) if self._pending_prev else None
+        head_bytes, head_sha = _head_digest(self.path, HEAD_BYTES)
+        return {"path": self.path, "inode": self.st.st_ino, "dev": self.st.st_dev, "offset": self.offset,
+                "head_bytes": head_bytes, "head_sha256": head_sha}
+
+    def close(self):
+        for fh in (self.fh, self._old):
+            if fh is not None:
+                fh.close()
+
+
+class ProcessLines:
+    """A long-running tool (journalctl -f, dmesg --follow) whose stdout is read as lines without blocking the caller.
+
+    Its stderr is kept (the last 4 KiB) to explain an exit. The tool runs in its own session so stop() ends it with
+    everything it started.
+    """
+
+    def __init__(self, argv, env=None, max_line_bytes=MAX_LINE_BYTES):
+        self.argv = [str(a) for a in argv]
+        full_env = dict(os.environ)
+        full_env.update({"LC_ALL": "C", "LANG": "C", "SYSTEMD_PAGER": "", "PAGER": "cat"})
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=full_env, start_new_session=True)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            flags = fcntl.fcntl(pipe.fileno(), fcntl.F_GETFL)
+            fcntl.fcntl(pipe.fileno(), fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        self.splitter = LineSplitter(max_line_bytes)
+        self.stderr_tail = b""
+        self.eof = False
+
+    def read_lines(self, timeout_s):
+        """Lines available within timeout_s (returns as soon as any arrived). After the tool exits: eof is True."""
+        if self.eof:
+            return []
+        fds = [self.proc.stdout.fileno(), self.proc.stderr.fileno()]
+        try:
+            ready, _w, _x = select.select(fds, [], [], max(0.0, timeout_s))
+        except (OSError, ValueError) as exc:
+            if getattr(exc, "errno", None) == errno.EINTR:
+                return []
+            raise
+        lines = []
+        if self.proc.stderr.fileno() in ready:
+            self._read_stderr()
+        if self.proc.stdout.fileno() in ready:
+            while True:
+                try:
+                    data = os.read(self.proc.stdout.fileno(), READ_BYTES)
+                except OSError as exc:
+                    if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                        break
+                    data = b""
+                if not data:  # EOF: the tool exited (or closed its stdout)
+                    self._finish()
+                    lines.extend(self.splitter.flush())
+                    break
+                lines.extend(self.splitter.feed(data))
+                if len(data) < READ_BYTES:
+                    break
+        return lines
+
+    def _read_stderr(self):
+        try:
+            data = os.read(self.proc.stderr.fileno(), 65536)
+        except OSError:
+            return
+        self.stderr_tail = (self.stderr_tail + data)[-4096:]
+
+    def _finish(self):
+        self.eof = True
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.stop()
+        self._read_stderr()
+
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
+    @property
+    def stderr_text(self):
+        return self.stderr_tail.decode("utf-8", "replace").strip()
+
+    def stop(self):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.proc.poll() is not None:
+                break
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                continue
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass

@@ -1,0 +1,304 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Cross-rank analysis of flight-recorder dumps (pure, stdlib only).
+
+Dumps are added one rank at a time (dump_reader.read_dump output), so memory holds one dump plus, per process group
+and sequence, which ranks ran which collective signature. Then, per process group:
+- the last enqueued / started / completed collective of every member rank (or "no dump");
+- the stuck collective: the first sequence not completed by every member while someone enqueued it;
+- ranks that never joined it (last enqueued below it), ranks whose entry was never started on the GPU while the
+  others' were, ranks that ran another collective (op, sizes, dtypes) at that sequence, and members without a dump;
+- the first mismatched sequence anywhere in the recorded history (the desync fr_trace looks for).
+The root group is the one whose stuck collective was created first: a rank stuck in one group stalls the others.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+STRENGTH = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1}
+
+
+class FlightAccumulator:
+    def __init__(self):
+        self.ranks = {}  # rank -> {file, version, pgs}
+        self.refused = []  # {rank, file, error}
+        # Per group and sequence: the first signature seen, how many ranks recorded it, and the ranks that differ.
+        self.refs, self.counts, self.odd = {}, {}, {}  # key -> {seq: sig}; key -> {seq: n}; (key, seq) -> {sig: ranks}
+        self.members = {}  # pg key -> set of member ranks (pg_config), or None when unknown
+        self.names = {}  # pg key -> (name, desc)
+        self.problems = []
+
+    @staticmethod
+    def _key(pg):
+        return pg["name"] + ("|" + ",".join(str(r) for r in pg["ranks"]) if pg["ranks"] else "")
+
+    def add(self, reduced):
+        rank = reduced["rank"]
+        if rank in self.ranks:
+            self.problems.append("two dumps for rank %s (%s, %s): the second is ignored"
+                                 % (rank, self.ranks[rank]["file"], reduced["file"]))
+            return
+        pgs = {}
+        for pg in reduced["pgs"].values():
+            key = self._key(pg)
+            pgs[key] = pg
+            self.names.setdefault(key, (pg["name"], pg["desc"]))
+            if pg["ranks"]:
+                self.members.setdefault(key, set()).update(pg["ranks"])
+            else:
+                self.members.setdefault(key, set()).add(rank)
+        keys = {pg["name"]: self._key(pg) for pg in reduced["pgs"].values()}
+        for pg_name, pairs in reduced["signatures"].items():
+            key = keys.get(pg_name, pg_name)
+            ref = self.refs.setdefault(key, {})
+            count = self.counts.setdefault(key, {})
+            for seq, sig in pairs:
+                count[seq] = count.get(seq, 0) + 1
+                first = ref.get(seq)
+                if first is None:
+                    ref[seq] = sig
+                elif first is not sig and first != sig:
+                    self.odd.setdefault((key, seq), {}).setdefault(sig, array("i")).append(rank)
+        self.ranks[rank] = {"file": reduced["file"], "version": reduced["version"], "pgs": pgs,
+                            "entries_total": reduced["entries_total"]}
+        self.problems.extend(reduced["problems"])
+
+    def refuse(self, rank, name, error):
+        self.refused.append({"rank": rank, "file": name, "error": error})
+
+    # ---- analysis ---------------------------------------------------------------------------------------------
+    def analyse(self, world_size=None):
+        groups = []
+        for key in sorted(self.members, key=lambda k: (len(self.members[k] or ()), k), reverse=True):
+            members = set(self.members[key])
+            name, desc = self.names[key]
+            if desc == "default_pg" and isinstance(world_size, int) and 0 < world_size <= 100000:
+                members.update(range(world_size))
+            groups.append(self._group(key, name, desc, sorted(members)))
+        stuck = [g for g in groups if g["stuck_seq"] is not None]
+        stuck.sort(key=lambda g: (g["stuck_created_ns"] if g["stuck_created_ns"] is not None else float("inf"),
+                                  -max([STRENGTH.get(c["basis"], 0) for c in g["culprits"]] + [0]), g["key"]))
+        root = stuck[0] if stuck else None
+        versions = sorted({r["version"] for r in self.ranks.values() if r["version"]})
+        return {
+            "ranks_with_dump": sorted(self.ranks),
+            "refused": list(self.refused),
+            "versions": versions,
+            "groups": groups,
+            "root_group": root["key"] if root else None,
+            "culprits": list(root["culprits"]) if root else [],
+            "first_mismatch": self._first_mismatch(),
+            "problems": self.problems[:50],
+        }
+
+    def _group(self, key, name, desc, members):
+        status = {}
+        for rank in members:
+            pg = (self.ranks.get(rank) or {}).get("pgs", {}).get(key)
+            if pg is not None:
+                status[rank] = {"last_enqueued": pg["last_enqueued"], "last_started": pg["last_started"],
+                                "last_completed": pg["last_completed"], "source": pg["status_source"]}
+        missing = [r for r in members if r not in status]
+        group = {"key": key, "name": name, "desc": desc, "members": members, "status": status,
+                 "missing_dump": missing, "stuck_seq": None, "stuck_op": None, "stuck_created_ns": None,
+                 "timeout_ms": None, "never_joined": [], "not_started": [], "mismatch": None, "culprits": []}
+        known = [s for s in status.values() if s["last_completed"] is not None and s["last_enqueued"] is not None]
+        if not known:
+            return group
+        stuck = min(s["last_completed"] for s in known) + 1
+        if not any(s["last_enqueued"] >= stuck for s in known):
+            return group  # everything enqueued was completed: this group was idle, not stuck
+        group["stuck_seq"] = stuck
+        at = {}
+        for rank, st in status.items():
+            entry = self._entry(rank, key, stuck)
+            if st["last_enqueued"] is not None and st["last_enqueued"] < stuck:
+                group["never_joined"].append(rank)
+            elif entry is not None:
+                at[rank] = entry
+        created = [e["time_created_ns"] for e in at.values() if e["time_created_ns"]]
+        group["stuck_created_ns"] = min(created) if created else None
+        timeouts = [e["timeout_ms"] for e in at.values() if e["timeout_ms"]]
+        group["timeout_ms"] = max(timeouts) if timeouts else None
+        ops = {}
+        for rank, entry in at.items():
+            ops.setdefault(entry["sig"], []).append(rank)
+        if at:
+            _sig, major = max(ops.items(), key=lambda kv: (len(kv[1]), kv[0]))
+            group["stuck_op"] = at[major[0]]["op"]
+        if len(ops) > 1:
+            ordered = sorted(ops.items(), key=lambda kv: (len(kv[1]), kv[0]))
+            group["mismatch"] = {"seq": stuck, "variants": [{"sig": s, "ranks": sorted(r)} for s, r in ordered],
+                                 "odd_ranks": sorted(ordered[0][1]) if len(ordered[0][1]) < len(ordered[-1][1]) else []}
+        started = [r for r, e in at.items() if e["state"] in ("started", "completed")]
+        if started:
+            group["not_started"] = sorted(r for r, e in at.items() if e["state"] == "scheduled")
+        group["culprits"] = self._culprits(group, at)
+        return group
+
+    def _entry(self, rank, key, seq):
+        pg = (self.ranks.get(rank) or {}).get("pgs", {}).get(key)
+        for entry in (pg or {}).get("entries", ()):
+            if entry["seq"] == seq:
+                return entry
+        return None
+
+    def _culprits(self, group, at):
+        seq, out = group["stuck_seq"], []
+        label = group["desc"] or group["name"]
+        if group["never_joined"] and len(group["never_joined"]) < max(1, len(group["status"])):
+            for rank in group["never_joined"]:
+                last = group["status"][rank]["last_enqueued"]
+                frames = (self._entry(rank, group["key"], last) or {}).get("frames") or []
+                out.append({"rank": rank, "pg": label, "seq": seq, "op": group["stuck_op"], "basis": "never_joined",
+                            "frames": frames,
+                            "reason": "rank %d never joined collective %s #%d of process group %s: its last enqueued "
+                                      "collective is #%d while the other ranks wait in #%d"
+                                      % (rank, group["stuck_op"] or "?", seq, label, last, seq)})
+        mismatch = group["mismatch"]
+        if mismatch and mismatch["odd_ranks"]:
+            major = mismatch["variants"][-1]
+            for rank in mismatch["odd_ranks"]:
+                entry = at[rank]
+                out.append({"rank": rank, "pg": label, "seq": seq, "op": entry["op"], "basis": "mismatch",
+                            "frames": entry["frames"],
+                            "reason": "rank %d ran %s at collective #%d of process group %s while rank(s) %s ran %s"
+                                      % (rank, entry["sig"], seq, label, _short(major["ranks"]), major["sig"])})
+        if not out:
+            for rank in group["not_started"]:
+                out.append({"rank": rank, "pg": label, "seq": seq, "op": at[rank]["op"], "basis": "not_started",
+                            "frames": at[rank]["frames"],
+                            "reason": "rank %d enqueued collective #%d of process group %s but its GPU never started "
+                                      "it, while the other ranks' GPUs did" % (rank, seq, label)})
+        if not out and group["missing_dump"]:
+            for rank in group["missing_dump"]:
+                out.append({"rank": rank, "pg": label, "seq": seq, "op": group["stuck_op"], "basis": "missing_dump",
+                            "frames": [],
+                            "reason": "rank %d left no dump while every rank that did joined collective #%d of "
+                                      "process group %s: its process died or hung before it could dump"
+                                      % (rank, seq, label)})
+        return out
+
+    def _first_mismatch(self):
+        if not self.odd:
+            return None
+        key, seq = min(self.odd, key=lambda ks: (ks[1], ks[0]))
+        variants = {sig: sorted(ranks) for sig, ranks in self.odd[(key, seq)].items()}
+        others = sum(len(r) for r in variants.values())
+        # The first signature's ranks are not listed (most ranks agree): they are the members minus the others.
+        listed = set(r for ranks in variants.values() for r in ranks)
+        members = sorted(r for r, info in self.ranks.items() if key in info["pgs"] and r not in listed)
+        variants[self.refs[key][seq]] = members[: self.counts[key][seq] - others]
+        ordered = sorted(variants.items(), key=lambda kv: (len(kv[1]), kv[0]))
+        odd = ordered[0][1] if len(ordered[0][1]) < len(ordered[-1][1]) else []
+        frames = {}
+        for rank in odd[:8]:
+            entry = self._entry(rank, key, seq)
+            frames[rank] = entry["frames"] if entry else []
+        name, desc = self.names.get(key, (key, None))
+        return {"pg": desc or name, "seq": seq, "variants": [{"sig": s, "ranks": r} for s, r in ordered],
+                "odd_ranks": odd, "frames": frames}
+
+
+def _short(ranks, limit=8):
+    text = ",".join(str(r) for r in ranks[:limit])
+    return text + (",... (%d ranks)" % len(ranks) if len(ranks) > limit else "")
+
+
+def _payloads(items, acc):
+    for rank, name, data in items:
+        try:
+            payload = data() if callable(data) else data
+        except (OSError, ValueError) as exc:
+            acc.refuse(rank, name, "%s: could not be read (%s)" % (name, exc))
+            continue
+        yield rank, name, payload
+
+
+def _read_in_worker(read, payload, rank, name, limits):
+    """Run in a pool process: the reading, and what it cost that process so far (pid, peak RSS in KiB, CPU s)."""
+    import os
+    import resource
+
+    result = read(payload, rank, name, **limits)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return result, (os.getpid(), usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
+
+
+def _parallel(jobs, read, workers, limits, costs):
+    """Yield (rank, name, (reduced, error)) in order, reading up to `workers` dumps at once in child processes, at
+    most 2 * workers dumps in flight. None when no pool. The children come from a fork server: they start clean
+    (none of the caller's memory, e.g. every node's evidence), and with the restricted reader only."""
+    import concurrent.futures
+    import multiprocessing
+    import os
+    import site
+    from pathlib import Path
+
+    # Under Ansible this module is found by Ansible's collection loader, which a fresh process does not have: the
+    # workers get the directory that holds ansible_collections/ on their path (site.addsitedir: a stdlib function,
+    # so the initializer itself needs no import of this collection).
+    here = Path(os.path.abspath(__file__))  # not resolved: the repository links ansible_collections back to itself
+    roots = [str(p.parent) for p in here.parents if p.name == "ansible_collections"][:1]
+    try:
+        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"),
+                                                      initializer=site.addsitedir if roots else None,
+                                                      initargs=tuple(roots))
+    except (OSError, ValueError, ImportError, NotImplementedError):
+        return None
+
+    def run():
+        pending = []
+        with pool:
+            for rank, name, payload in jobs:
+                pending.append((rank, name, pool.submit(_read_in_worker, read, payload, rank, name, limits)))
+                while len(pending) >= 2 * workers:
+                    r, n, future = pending.pop(0)
+                    result, (pid, rss_kb, cpu_s) = future.result()
+                    costs[pid] = (rss_kb, cpu_s)
+                    yield r, n, result
+            for r, n, future in pending:
+                result, (pid, rss_kb, cpu_s) = future.result()
+                costs[pid] = (rss_kb, cpu_s)
+                yield r, n, result
+    return run()
+
+
+def analyse_dumps(items, world_size=None, read=None, workers=0, **limits):
+    """items: iterable of (rank, name, bytes or callable returning bytes). Returns the analysis dict; never raises.
+
+    Bytes are read and dropped one dump at a time, so a callable keeps a large job's dumps out of memory until used.
+    workers > 1 reads dumps in that many child processes (the action uses the CPUs of the controller); a pool that
+    cannot start, or dies, falls back to reading them here.
+    """
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.dump_reader import read_dump
+
+    read = read or read_dump
+    acc = FlightAccumulator()
+    items = list(items)
+    done, costs = set(), {}
+    parallel = workers and workers > 1 and len(items) >= 16  # a pool costs a start-up: not worth it for a few dumps
+    results = _parallel(_payloads(items, acc), read, workers, limits, costs) if parallel else None
+    if results is not None:
+        try:
+            for rank, name, (reduced, error) in results:
+                done.add((rank, name))
+                if error:
+                    acc.refuse(rank, name, error)
+                else:
+                    acc.add(reduced)
+        except Exception as exc:  # a broken pool (a worker killed): read the rest here
+            acc.problems.append("parallel dump reading stopped (%s): the rest was read serially" % exc)
+    for rank, name, payload in _payloads([i for i in items if (i[0], i[1]) not in done], acc):
+        reduced, error = read(payload, rank, name, **limits)
+        payload = None
+        if error:
+            acc.refuse(rank, name, error)
+        else:
+            acc.add(reduced)
+    out = acc.analyse(world_size)
+    out["workers"] = {"processes": len(costs), "peak_rss_mb": round(max([c[0] for c in costs.values()] or [0]) / 1024.0,
+                                                                     1),
+                      "cpu_s": round(sum(c[1] for c in costs.values()), 3)}
+    return out

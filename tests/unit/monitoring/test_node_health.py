@@ -1,0 +1,85 @@
+"""The health collector (gpufleet-node-health) against the simulator's nvidia-smi and nvme, with its mount table."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from watchlib import HEALTH, LIB, SIM_BIN, read_metrics, total, value
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO / "sim") not in sys.path:
+    sys.path.insert(0, str(REPO / "sim"))
+
+from gpufleet_sim.state import Node  # noqa: E402
+
+
+def run_health(tmp_path, scenario, **cfg):
+    env = dict(os.environ, GPUFLEET_SIM_SCENARIO=scenario, GPUFLEET_SIM_STATE=str(tmp_path / "node"),
+               GPUFLEET_SIM_NODE="node", GPUFLEET_LIB=str(LIB), PATH=str(SIM_BIN) + os.pathsep + os.environ["PATH"])
+    node = Node(env=env)
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir(exist_ok=True)
+    conf = {"metrics_directory": str(metrics_dir), "state_directory": str(tmp_path / "state"),
+            "nvidia_smi": str(SIM_BIN / "nvidia-smi"), "nvme": str(SIM_BIN / "nvme"),
+            "nvme_devices": [], "nvme_discover": False, "checkpoint_paths": [node.checkpoint_dir()], "mounts_file": node.path("mounts")}
+    conf.update(cfg)
+    (tmp_path / "monitoring.json").write_text(json.dumps(conf))
+    res = subprocess.run([sys.executable, str(HEALTH), "--config", str(tmp_path / "monitoring.json")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    prom = metrics_dir / "gpufleet_health.prom"
+    return res, prom, node
+
+
+def test_the_slow_leak_gpu_shows_its_remaps_histogram_and_ecc(tmp_path):
+    res, prom, node = run_health(tmp_path, "ecc_leak")
+    assert res.returncode == 0, res.stderr
+    m = read_metrics(prom)
+    pci2 = "0000:%s:00" % node.gpus[2]["bus"]
+    assert value(m, "gpufleet_gpu_remapped_rows", pci=pci2, cause="correctable") == 508
+    assert value(m, "gpufleet_gpu_remapped_rows_pending", pci=pci2) == 1
+    assert value(m, "gpufleet_gpu_remap_banks", pci=pci2, availability="none") == 225
+    assert value(m, "gpufleet_gpu_remap_banks", pci=pci2, availability="low") == 412
+    assert value(m, "gpufleet_gpu_ecc_errors_total", pci=pci2, type="corrected", scope="aggregate") >= 48211
+    # the R470 driver only knows clocks_throttle_reasons.*: the query falls back and still reads the reasons
+    assert value(m, "gpufleet_gpu_throttle_reason_active", pci=pci2, reason="gpu_idle") in (0, 1)
+    assert value(m, "gpufleet_health_collector_up", collector="gpu") == 1
+    check = subprocess.run(["promtool", "check", "metrics"], input=prom.read_text(), capture_output=True, text=True)
+    assert check.returncode == 0 and not (check.stdout + check.stderr).strip(), check.stdout + check.stderr
+
+
+def test_a_worn_read_only_checkpoint_nvme(tmp_path):
+    res, prom, node = run_health(tmp_path, "checkpoint_readonly", nvme_devices=["/dev/nvme0"])
+    assert res.returncode == 0, res.stderr
+    m = read_metrics(prom)
+    path = node.checkpoint_dir()
+    assert value(m, "gpufleet_checkpoint_read_only", path=path, device="/dev/nvme1n1p1") == 1
+    assert value(m, "gpufleet_checkpoint_free_bytes", path=path) > 0
+    assert value(m, "gpufleet_checkpoint_size_bytes", path=path) >= value(m, "gpufleet_checkpoint_free_bytes", path=path)
+    # nvme1 comes from the checkpoint mount, nvme0 from the configuration
+    assert value(m, "gpufleet_nvme_percent_used", device="/dev/nvme1") == 112
+    assert value(m, "gpufleet_nvme_critical_warning", device="/dev/nvme1", flag="read_only") == 1
+    assert value(m, "gpufleet_nvme_critical_warning", device="/dev/nvme1", flag="temperature") == 0
+    assert value(m, "gpufleet_nvme_percent_used", device="/dev/nvme0") is not None
+    assert total(m, "gpufleet_health_collector_up") == 3
+
+
+def test_missing_tools_and_paths_are_reported_and_the_rest_is_written(tmp_path):
+    res, prom, _node = run_health(tmp_path, "healthy_h100", nvidia_smi="no-such-nvidia-smi", nvme="no-such-nvme",
+                                  nvme_devices=["/dev/nvme0"], checkpoint_paths=[str(tmp_path / "missing")])
+    assert res.returncode == 0
+    m = read_metrics(prom)
+    assert value(m, "gpufleet_health_collector_up", collector="gpu") == 0
+    assert value(m, "gpufleet_health_collector_up", collector="nvme") == 0
+    assert value(m, "gpufleet_health_collector_up", collector="checkpoint_storage") == 0
+    assert value(m, "gpufleet_checkpoint_path_ok", path=str(tmp_path / "missing")) == 0
+    assert value(m, "gpufleet_health_last_run_timestamp_seconds") > 0
+    assert "nvidia-smi not found" in res.stderr and "nvme-cli not found" in res.stderr
+    assert "statvfs failed" in res.stderr
+
+
+def test_an_unwritable_metrics_directory_fails_the_run(tmp_path):
+    res, prom, _node = run_health(tmp_path, "healthy_h100", metrics_directory=str(tmp_path / "nope"))
+    assert res.returncode == 1
+    assert "cannot write" in res.stderr

@@ -1,0 +1,154 @@
+"""The whole analysis on job_evidence results: the join rank -> node -> GPU -> XID -> action, and its limits."""
+
+import base64
+import copy
+import pickle
+
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import analysis
+from helpers.job_evidence import BUSES, RISER_JOB, fleet, iso, node_evidence
+
+T = 1_765_000_000.0
+
+
+def test_riser_xid79_names_rank_node_gpu_and_the_riser():
+    r = analysis.analyse(fleet(T=T, faults={2: {"gpu": 5}}))
+    v = r["verdict"]
+    assert (v["kind"], v["confidence"], v["rank"], v["host"], v["local_rank"], v["gpu"], v["pci"]) == \
+        ("hardware", "high", 21, "node03", 5, 5, "0000:a1:00")
+    assert v["message"].startswith("node03 GPU 5 (PCI 0000:a1:00): XID 79 at T-40 s (GPU fell off the bus)")
+    assert "reseat the riser" in v["action"] and "before any RMA" in v["action"]
+    assert r["window"]["basis"] == "last timeout in the logs" and abs(r["window"]["t_fire"] - T) < 0.01
+    assert r["world_size"] == 32 and r["flight"]["culprits"][0]["basis"] == "never_joined"
+    assert any("NVRM: Xid (PCI:0000:a1:00): 79" in line for line in v["evidence"])
+
+
+def test_logs_alone_find_the_silent_rank_and_its_gpu():
+    r = analysis.analyse(fleet(T=T, faults={2: {"gpu": 5}}, node01={"dumps": False}, node02={"dumps": False},
+                               node03={"dumps": False}, node04={"dumps": False}))
+    v = r["verdict"]
+    assert r["flight"] is None and (v["rank"], v["host"], v["gpu"]) == (21, "node03", 5)
+    assert v["kind"] == "hardware" and v["confidence"] == "medium"  # a silent rank is weaker proof than a dump
+    assert "reported no timeout" in v["reasons"][0]
+
+
+def test_an_xid_outside_the_window_is_not_the_cause():
+    r = analysis.analyse(fleet(T=T, faults={2: {"gpu": 5, "at_s": -6 * 3600}}))
+    v = r["verdict"]
+    assert v["kind"] == "rank" and v["rank"] == 21 and v["confidence"] == "medium"
+    assert r["merged_counts"]["xid_events_outside_window"] == 1 and r["hardware"]["node03"] == []
+
+
+def test_psu_rail_loss_points_at_the_psu():
+    ev = fleet(T=T)
+    lines = []
+    for n, gpu in enumerate((4, 5, 6, 7)):
+        lines += ["%s NVRM: Xid (PCI:0000:%s:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+                  % (iso(T - 40 + n * 0.0013), BUSES[gpu])]
+    ev["node03"] = node_evidence(RISER_JOB, 2, T, lines, lost=[4, 5, 6, 7])
+    r = analysis.analyse(ev, psu_rails={"node03": {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]}})
+    v = r["verdict"]
+    assert v["kind"] == "hardware" and v["gpu"] == 5 and "PSU" in v["action"] and "rail B" in v["action"]
+    assert "GPUs 4, 5, 6, 7 of PSU rail B lost within 0.004 s" in v["message"]
+
+
+def test_two_stopped_ranks_are_equally_suspect_without_hardware_evidence():
+    job = copy.deepcopy(RISER_JOB)
+    ev = fleet(job, T=T)
+    dump = pickle.loads(base64.b64decode(ev["node01"]["dumps"][2]["data_b64"]))
+    stopped = pickle.loads(base64.b64decode(ev["node03"]["dumps"][5]["data_b64"]))
+    dump.update({"entries": stopped["entries"], "pg_status": stopped["pg_status"]})
+    ev["node01"]["dumps"][2]["data_b64"] = base64.b64encode(pickle.dumps(dump)).decode()
+    parsed = ev["node01"]["logs"][0]["parsed"]
+    for kind in ("timeouts", "pg_status"):  # rank 2 stopped: it printed nothing either
+        parsed[kind] = [e for e in parsed[kind] if e["rank"] != 2]
+    r = analysis.analyse(ev)
+    v = r["verdict"]
+    assert v["kind"] == "tie" and v["ranks"] == [2, 21] and v["confidence"] == "medium" and v["tie"]
+    assert "equally suspect" in v["message"] and "node01 GPU 2" in v["action"] and "node03 GPU 5" in v["action"]
+    # ... and hardware evidence on one of them breaks the tie.
+    ev["node03"] = node_evidence(RISER_JOB, 2, T, [line for line in _xid(5)], lost=[5])
+    assert analysis.analyse(ev)["verdict"]["ranks"] == [21]
+
+
+def _xid(gpu):
+    from helpers.job_evidence import xid_lines
+    return xid_lines(T, gpu)
+
+
+def test_unreachable_node_keeps_its_ranks_as_no_evidence_and_the_rest_is_analysed():
+    ev = fleet(T=T, faults={2: {"gpu": 5}})
+    ev["node02"] = {"unreachable": True, "msg": "Failed to connect to the host via ssh: Connection refused"}
+    r = analysis.analyse(ev)
+    assert r["hosts_without_evidence"] == {"node02": "unreachable: Failed to connect to the host via ssh: "
+                                                     "Connection refused"}
+    assert r["verdict"]["host"] == "node03" and r["verdict"]["gpu"] == 5
+    assert r["flight"]["groups"][0]["missing_dump"] == list(range(8, 16))
+
+
+def test_culprit_on_the_unreachable_node_is_said_so():
+    ev = fleet(T=T, faults={2: {"gpu": 5}})
+    ev["node03"] = None
+    r = analysis.analyse(ev)
+    v = r["verdict"]
+    assert v["kind"] == "tie" and v["ranks"] == list(range(16, 24)) and v["confidence"] == "low"
+    assert v["host"] == "node03" and "node03 gave no evidence" in v["message"]
+    assert r["ranks"][21] == {"host": "node03", "local_rank": 5, "basis": ["elimination"], "conflict": []}
+
+
+def test_no_timeout_anywhere_is_no_hang_found():
+    job = copy.deepcopy(RISER_JOB)
+    ev = {h: node_evidence(job, i, T, log=False, dumps=False) for i, h in enumerate(job["nodes"])}
+    v = analysis.analyse(ev)["verdict"]
+    assert v["kind"] == "no_hang_found" and v["confidence"] == "none"
+
+
+def test_cuda_visible_devices_maps_the_local_rank_to_the_physical_gpu():
+    job = copy.deepcopy(RISER_JOB)
+    job["nproc_per_node"] = 4
+    job["stuck"]["rank"] = 9  # node03 (ranks 8-11), local rank 1
+    ev = {h: node_evidence(job, i, T, kernel_lines=_xid(5) if i == 2 else (), lost=[5] if i == 2 else [])
+          for i, h in enumerate(job["nodes"])}
+    r = analysis.analyse(ev, cuda_visible_devices={"node03": "4,5,6,7"})
+    v = r["verdict"]
+    assert (v["rank"], v["local_rank"], v["gpu"], v["pci"], v["kind"]) == (9, 1, 5, "0000:a1:00", "hardware")
+
+
+def test_clock_skew_and_shared_storage_are_reported():
+    ev = fleet(T=T, faults={2: {"gpu": 5}})
+    ev["node04"]["now"] = T + 30 + 42
+    ev["node04"]["dumps"].append(dict(ev["node01"]["dumps"][0]))  # rank 0's dump seen on node04 as well
+    r = analysis.analyse(ev, now=T + 30)
+    assert r["clock"] == {"node04": 42.0}
+    assert any("rank 0 has a dump on node01 and on node04" in n for n in r["notes"])
+    assert r["verdict"]["rank"] == 21
+
+
+def test_two_jobs_in_one_log_the_last_timeout_is_explained_unless_told_otherwise():
+    import time as _time
+
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import parse_torch_log
+    from helpers.module_runner import REPO
+
+    text = (REPO / "tests" / "fixtures" / "torch" / "two_jobs_interleaved.log").read_text()
+    ref = _time.mktime((2024, 12, 7, 0, 0, 0, 0, 0, -1))
+    ev = node_evidence(RISER_JOB, 0, T, log=False, dumps=False)
+    ev["logs"] = [{"source": "file", "path": "/srv/train/both.log", "parsed": parse_torch_log(text, reference=ref)}]
+    last = analysis.analyse({"node01": ev}, world_size=4)
+    assert last["verdict"]["rank"] == 1 and last["window"]["basis"] == "last timeout in the logs"
+    assert last["merged_counts"]["outside_window"] == 8  # job A's lines
+    t0 = _time.mktime((2024, 12, 6, 10, 0, 0, 0, 0, -1))
+    first = analysis.analyse({"node01": ev}, world_size=4, since=t0 - 900, until=t0 + 300)
+    assert first["verdict"]["rank"] == 2 and "rank 2 never enqueued work 412" in first["verdict"]["reasons"][0]
+
+
+def test_heartbeat_kills_alone_are_a_hang_without_a_named_rank():
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import parse_torch_log
+    from helpers.module_runner import REPO
+
+    text = (REPO / "tests" / "fixtures" / "torch" / "watchdog_heartbeat_kill.log").read_text()
+    ev = node_evidence(RISER_JOB, 0, T, log=False, dumps=False)
+    ev["logs"] = [{"source": "file", "path": "/x.log", "parsed": parse_torch_log(text, reference=T)}]
+    r = analysis.analyse({"node01": ev})
+    assert r["window"]["basis"] == "last timeout in the logs" and r["window"]["timeout_s"] == 480
+    assert r["verdict"]["kind"] == "undetermined" and len(r["logs"]["heartbeat_kills"]) == 4
+    assert "no flight-recorder dumps" in r["verdict"]["message"]

@@ -1,0 +1,98 @@
+"""Cross-rank analysis of flight-recorder dumps built in the NCCL format (versions 2.4 and 2.10)."""
+
+import pickle
+
+import pytest
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.flight import analyse_dumps
+from helpers.fr_dumps import job_dumps
+
+
+def items(dumps, skip=(), damage=()):
+    for rank, dump in sorted(dumps.items()):
+        if rank in skip:
+            continue
+        data = pickle.dumps(dump, protocol=2)
+        if rank in damage:
+            data = data[:100]
+        yield rank, "nccl_trace_rank_%d" % rank, data
+
+
+@pytest.mark.parametrize("version", ["2.4", "2.10"])
+def test_stopped_rank_never_joined(version):
+    a = analyse_dumps(items(job_dumps(world=8, culprit=5, seq=100, mode="stop", version=version)), world_size=8)
+    group = a["groups"][0]
+    assert group["stuck_seq"] == 100 and group["stuck_op"] == "all_reduce" and group["never_joined"] == [5]
+    assert group["status"][5]["last_enqueued"] == 99 and group["status"][0]["last_enqueued"] == 102
+    assert [(c["rank"], c["basis"]) for c in a["culprits"]] == [(5, "never_joined")]
+    assert "never joined collective all_reduce #100" in a["culprits"][0]["reason"]
+    assert a["first_mismatch"] is None and a["refused"] == []
+
+
+def test_mismatched_collective_names_the_odd_rank_and_its_frames():
+    a = analyse_dumps(items(job_dumps(world=8, culprit=3, seq=77, mode="mismatch")), world_size=8)
+    culprit = a["culprits"][0]
+    assert (culprit["rank"], culprit["basis"], culprit["op"]) == (3, "mismatch", "broadcast")
+    assert culprit["frames"][0] == "evaluate at /srv/train/trainer.py:212"
+    assert a["first_mismatch"]["seq"] == 77 and a["first_mismatch"]["odd_ranks"] == [3]
+    assert "all_reduce" in a["first_mismatch"]["variants"][-1]["sig"]
+
+
+def test_gpu_never_started_the_collective():
+    a = analyse_dumps(items(job_dumps(world=4, culprit=1, seq=20, mode="not_started")), world_size=4)
+    assert [(c["rank"], c["basis"]) for c in a["culprits"]] == [(1, "not_started")]
+
+
+def test_healthy_job_has_no_stuck_group():
+    a = analyse_dumps(items(job_dumps(world=4, mode="healthy")), world_size=4)
+    assert a["root_group"] is None and a["culprits"] == [] and a["groups"][0]["stuck_seq"] is None
+
+
+def test_missing_and_truncated_dumps_leave_the_rest_analysed():
+    dumps = job_dumps(world=8, culprit=6, seq=40, mode="stop")
+    a = analyse_dumps(items(dumps, skip={2}, damage={4}), world_size=8)
+    assert a["ranks_with_dump"] == [0, 1, 3, 5, 6, 7]
+    assert [(r["rank"], "truncated" in r["error"]) for r in a["refused"]] == [(4, True)]
+    group = a["groups"][0]
+    assert group["missing_dump"] == [2, 4] and group["never_joined"] == [6]
+    assert [c["rank"] for c in a["culprits"]] == [6]
+
+
+def test_missing_dump_is_the_suspect_when_every_dumping_rank_joined():
+    dumps = job_dumps(world=4, culprit=2, seq=30, mode="stop")
+    a = analyse_dumps(items(dumps, skip={2}), world_size=4)
+    assert [(c["rank"], c["basis"]) for c in a["culprits"]] == [(2, "missing_dump")]
+
+
+def test_two_stopped_ranks_are_both_named():
+    dumps = job_dumps(world=4, culprit=1, seq=30, mode="stop")
+    dumps[3] = job_dumps(world=4, culprit=3, seq=30, mode="stop")[3]
+    a = analyse_dumps(items(dumps), world_size=4)
+    assert sorted(c["rank"] for c in a["culprits"]) == [1, 3]
+
+
+def test_tensor_parallel_groups_are_told_apart():
+    a = analyse_dumps(items(job_dumps(world=8, culprit=5, seq=60, mode="stop", tp=4)), world_size=8)
+    keys = {g["key"]: g for g in a["groups"]}
+    assert set(keys) == {"0|0,1,2,3,4,5,6,7", "1|0,1,2,3", "1|4,5,6,7"}
+    assert keys["1|0,1,2,3"]["never_joined"] == [] and keys["1|0,1,2,3"]["culprits"] == []
+    assert keys["1|4,5,6,7"]["never_joined"] == [5]
+    assert {c["rank"] for c in a["culprits"]} == {5}
+
+
+def test_callables_are_read_one_at_a_time_and_read_errors_are_kept():
+    dumps = job_dumps(world=2, culprit=1, seq=5, mode="stop")
+
+    def broken():
+        raise OSError("permission denied")
+
+    a = analyse_dumps([(0, "r0", lambda: pickle.dumps(dumps[0])), (1, "r1", broken)], world_size=2)
+    assert a["refused"][0]["rank"] == 1 and "permission denied" in a["refused"][0]["error"]
+
+
+def test_worker_processes_give_the_same_analysis():
+    dumps = job_dumps(world=16, culprit=5, seq=50, mode="stop")
+    serial = analyse_dumps(items(dumps, damage={2}), world_size=16)
+    parallel = analyse_dumps(items(dumps, damage={2}), world_size=16, workers=2)
+    assert parallel["workers"]["processes"] >= 1 and parallel["workers"]["peak_rss_mb"] > 0
+    serial.pop("workers"), parallel.pop("workers")
+    assert parallel == serial
