@@ -23,7 +23,6 @@ __metaclass__ = type
 import json
 import re
 
-
 # dcgmErrorSeverity_t: 0 NONE, 1 MONITOR, 2 ISOLATE, 3 UNKNOWN, 4 TRIAGE, 5 CONFIG, 6 RESET. MONITOR and CONFIG mean
 # "can run work": a warning. Anything else (or no severity at all, as in 3.x) keeps the failure.
 WARN_SEVERITIES = (0, 1, 5)

@@ -30,7 +30,6 @@ __metaclass__ = type
 
 import re
 
-
 _FRAME_START = re.compile(r"(\d{1,3}(?:\.\d+)?)%\s+proc'd:")
 _FRAME = re.compile(
     r"^(?P<pct>\d{1,3}(?:\.\d+)?)%\s+proc'd:(?P<proc>.*?)errors:(?P<errors>.*?)temps:(?P<temps>.*?)"

@@ -24,20 +24,6 @@ def rank(severity):
     return SEVERITIES.index(severity) if severity in SEVERITIES else SEVERITIES.index("unknown")
 
 
-def check_overrides(overrides):
-    """{int code: severity} from user input, or raise ValueError naming the bad entry."""
-    out = {}
-    for code, severity in (overrides or {}).items():
-        try:
-            number = int(code)
-        except (TypeError, ValueError):
-            raise ValueError("XID %r is not an XID code (an integer such as 63)" % (code,))
-        if severity not in SEVERITIES:
-            raise ValueError("XID %s -> %r is not one of %s" % (code, severity, ", ".join(SEVERITIES)))
-        out[number] = severity
-    return out
-
-
 def severity(code, details=None, correlated_with=None, overrides=None):
     """(severity, basis) of one XID event."""
     details = details or {}

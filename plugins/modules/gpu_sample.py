@@ -260,7 +260,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_samples
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import LEASE_OPTIONS, exit_check, node_name, open_lease
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    LEASE_OPTIONS,
+    exit_check,
+    node_name,
+    open_lease,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
     SAMPLE_SPEC,
     QueryGpu,

@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 
 
-def run_playbook(name, tmp_root, inventory="inventories/sim", extra=None, timeout=900):
+def run_playbook(name, tmp_root, inventory="inventories/sim", extra=None, timeout=900, args=()):
     """Run playbooks/<name>.yml like a user would; return (returncode, output, report dict or None)."""
     report_dir = tmp_root / "reports"
     extra_vars = {"gpufleet_report_dir": str(report_dir)}
@@ -23,7 +23,7 @@ def run_playbook(name, tmp_root, inventory="inventories/sim", extra=None, timeou
         "GPUFLEET_SIM_STATE_ROOT": str(tmp_root / "sim-state"),
     })
     proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "playbooks/%s.yml" % name, "-i", inventory,
-                           "-e", json.dumps(extra_vars)],
+                           "-e", json.dumps(extra_vars)] + list(args),
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     output = proc.stdout + proc.stderr
     latest = report_dir / "latest" / "report.json"

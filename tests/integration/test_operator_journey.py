@@ -47,7 +47,7 @@ def _inventory(tmp_path, scenarios):
     subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(inv), "--nodes",
                     str(len(scenarios))], check=True)
     hosts = yaml.safe_load((inv / "hosts.yml").read_text())
-    for (name, node), scenario in zip(sorted(hosts["gpufleet_sim"]["hosts"].items()), scenarios, strict=True):
+    for (_name, node), scenario in zip(sorted(hosts["gpufleet_sim"]["hosts"].items()), scenarios, strict=True):
         node["gpufleet_sim_scenario"] = scenario
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     return str(inv)

@@ -2,7 +2,7 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """The GPU evidence of the job's window on one node: XIDs and lost GPUs per PCI address, and what to do (pure).
 
-Actions follow the field guide's operating knowledge (docs/postmortem.md cites the public sources):
+Actions follow docs/failure-modes.md (riser before RMA, PSU rails, memory faults; docs/postmortem.md cites the public sources):
 - XID 79 / "fallen off the bus": on riser builds almost always the riser or a loose power connector, not the GPU:
   reseat and recable before any RMA;
 - several GPUs of one PSU rail lost within RAIL_WINDOW_S: the PSU feeding that rail (split rails are not redundancy);

@@ -136,7 +136,7 @@ def evaluate_node(host, hv, in_play_hosts=None):
     if facts:
         health.read_gpus(node, facts)
     read = {}
-    for name, rule in CHECKS:
+    for name, _rule in CHECKS:
         if name in results:
             state, data, reason = read_result(name, results[name])
             read[name] = data if state == "ok" else None

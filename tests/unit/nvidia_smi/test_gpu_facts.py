@@ -1,20 +1,17 @@
 """kentino.gpufleet.gpu_facts run as Ansible runs it, against a stand-in nvidia-smi answering from the fixtures."""
 
-import re
+import json
 from pathlib import Path
 
 from helpers.module_runner import run_module
 
-CONTRACTS = Path(__file__).resolve().parents[3] / "docs" / "contracts.md"
+SCHEMA = Path(__file__).resolve().parents[3] / "plugins" / "plugin_utils" / "schemas" / "gpu_facts.json"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia_smi"
 
 
 def _contract_gpu_keys():
-    text = CONTRACTS.read_text()
-    block = text.split("Per-GPU dict keys (gpu_facts):", 1)[1].split("\n\n", 1)[0]
-    content = " ".join(re.findall(r"`([^`]*)`", block, flags=re.S))
-    content = re.sub(r"\([^)]*\)|\[[^\]]*\]", "", content)
-    return {key.strip() for key in content.split(",") if key.strip()}
+    """The per-GPU keys of the versioned result schema the controller reads (plugins/plugin_utils/schemas)."""
+    return set(json.loads(SCHEMA.read_text())["$defs"]["gpu"]["properties"])
 
 
 def _facts(standin, scenario, **args):

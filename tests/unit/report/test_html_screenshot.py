@@ -6,7 +6,6 @@ Set GPUFLEET_UPDATE_SCREENSHOT=1 to copy the screenshot to docs/img/report.png (
 Needs Debian's chromium (apt-get install chromium); CI installs it.
 """
 
-import json
 import os
 import re
 import shutil
@@ -15,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import report
-
 from helpers import sample_fleet
 
 REPO = Path(__file__).resolve().parents[3]

@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from ansible_collections.kentino.gpufleet.plugins.module_utils import thresholds
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import (
     render_html,
     render_junit,
@@ -13,8 +14,6 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils import (
     report,
     rules,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils import thresholds
-
 from helpers import sample_fleet
 
 
