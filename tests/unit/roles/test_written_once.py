@@ -17,7 +17,7 @@ SHARED = REPO / "tests" / "molecule"
 SCENARIOS = sorted(REPO.glob("roles/*/molecule/*/molecule.yml"))
 # roles/nvidia_driver belongs to another change in flight; its copies are dead (the base config's paths win) and go
 # when that change lands.
-OWN_COPIES_ALLOWED = {"nvidia_driver"}
+OWN_COPIES_ALLOWED = set()
 
 
 def merged(scenario_file):
@@ -66,12 +66,12 @@ def test_no_role_keeps_its_own_copy(scenario):
 
 
 def test_the_os_gate_is_written_once():
-    """Only roles/os_gate says "is not supported by"; the other roles import it (nvidia_driver: its change in flight)."""
+    """Only roles/os_gate says "is not supported by"; every provisioning role imports it."""
     copies = sorted(str(p.relative_to(REPO)) for p in REPO.glob("roles/*/tasks/*.yml")
                     if "is not supported by" in p.read_text()
                     and p.parts[-3] not in {"os_gate"} | OWN_COPIES_ALLOWED)
     assert not copies, "supported-OS assert repeated in %s: import kentino.gpufleet.os_gate instead" % copies
-    importers = sorted(p.parts[-3] for p in REPO.glob("roles/*/tasks/preflight.yml")
-                       if "name: kentino.gpufleet.os_gate" in p.read_text())
-    assert importers == ["dcgm", "dcgm_exporter", "gpu_monitoring", "gpufleet_node_exporter", "training_env",
-                         "validation_tools"]
+    importers = sorted({p.parts[-3] for p in REPO.glob("roles/*/tasks/preflight*.yml")
+                        if "name: kentino.gpufleet.os_gate" in p.read_text()})
+    assert importers == ["dcgm", "dcgm_exporter", "gpu_monitoring", "gpufleet_node_exporter", "nvidia_driver",
+                         "training_env", "validation_tools"]
