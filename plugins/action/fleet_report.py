@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import cadence, render_md, report, run_guard
 
 # Only these variables feed the rules: reading every hostvar would template the whole inventory for nothing.
 _PREFIX = "gpufleet_"
@@ -111,6 +111,10 @@ class ActionModule(ActionBase):
         try:
             doc = report.build_report(nodes, run_id, playbook=args.get("playbook"),
                                       started=str(started) if started else None, fail_on=fail_on)
+            try:  # the checkpoint plan (docs/training.md): an extra section that must never cost the report
+                doc["cadence"] = cadence.report_section(doc, data)
+            except Exception as exc:  # noqa: BLE001
+                doc["cadence"] = cadence.error_section(exc)
             report.validate_report(doc)
         except report.ReportError as exc:
             raise AnsibleActionFail(str(exc)) from exc
