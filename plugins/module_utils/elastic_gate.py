@@ -102,6 +102,9 @@ def _journal_failed(res):
         return res.error or "journalctl timed out"
     if "No journal files" in (res.stderr or ""):
         return "journalctl found no journal files"
+    if "not seeing messages from other users" in (res.stderr or ""):
+        return ("journalctl hides the kernel's messages from this user (add it to the systemd-journal group; the "
+                "elastic_training unit does)")
     if res.rc not in (0, 1) or (res.rc == 1 and res.stdout.strip()):
         return "journalctl exited %s: %s" % (res.rc, (res.stderr or "").strip()[-200:])
     return None

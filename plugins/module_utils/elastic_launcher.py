@@ -70,6 +70,17 @@ DEFAULTS = {
 }
 
 
+_INT_KEYS = ("nproc_per_node", "min_nodes", "max_nodes", "max_restarts", "max_attempts")
+_NUM_KEYS = ("monitor_interval_s", "stop_timeout_s")
+
+
+def _number(value, integer=False):
+    if isinstance(value, str) and re.match(r"^-?[0-9]+(\.[0-9]+)?$", value.strip()):
+        number = float(value)
+        return int(number) if integer and number == int(number) else number
+    return value
+
+
 def _need(cond, message):
     if not cond:
         raise ConfigError(message)
@@ -90,6 +101,11 @@ def validate(raw):
     cfg.update(raw)
     cfg["backoff"] = dict(DEFAULTS["backoff"], **(raw.get("backoff") or {}))
     cfg["gate"] = dict(DEFAULTS["gate"], **(raw.get("gate") or {}))
+    # Numbers written as text (a templated configuration) are read as numbers.
+    for section, keys in ((cfg, _INT_KEYS), (cfg, _NUM_KEYS), (cfg["backoff"], ("base_s", "max_s", "jitter")),
+                          (cfg["gate"], ("timeout_s", "keep", "checkpoint_size_gb"))):
+        for key in keys:
+            section[key] = _number(section.get(key), integer=keys is _INT_KEYS or key in ("timeout_s", "keep"))
     for key in ("job", "torchrun", "entrypoint", "worker", "rdzv_endpoint", "state_dir", "checkpoint_dir"):
         _need(isinstance(cfg.get(key), str) and cfg[key], "%s is missing or not a string" % key)
     _need(_JOB_RE.match(cfg["job"]), "job %r: use letters, digits, . _ - (the rendezvous id and unit name)" % cfg["job"])

@@ -12,7 +12,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[3]
-ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools"]
+ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools",
+         "elastic_training"]
 
 
 @pytest.fixture(scope="module")
