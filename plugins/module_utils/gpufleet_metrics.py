@@ -197,7 +197,9 @@ class TrainingMetrics:
 
     def _write(self, text):
         try:
-            atomic_write(self.path, text)
+            # No fsync: node_exporter must never read half a file (the rename), but a rank's metrics are rewritten
+            # every second and worthless after a power cut; an fsync would cost the training loop milliseconds.
+            atomic_write(self.path, text, sync_file=False)
         except OSError as exc:
             self.write_errors += 1
             self.last_error = "%s: %s" % (self.path, exc)

@@ -44,6 +44,8 @@ def test_llama3_scale():
     # 1,024 GPUs, 140 GB at 2 GB/s = 70 s: sqrt(2 x 70 x 175,781.25 s) = 4,960.8 s = 82.7 min
     p = cadence.plan(1024, 50000, cadence.checkpoint_write_s(140, 2000), interval_min=60)
     assert p["optimal_interval_min"] == pytest.approx(4960.78 / 60, abs=0.01)
+    # at 60 min: 24,576 GPU-hours a day x (70/3600 + (1800 + 120)/175,781.25)
+    assert p["current"]["lost_gpu_hours_per_day"] == pytest.approx(24576 * (70 / 3600 + 1920 / 175781.25), abs=0.01)
     # the optimum is the minimum of W: both sides of it lose more
     mtbf_s = 50000 / 1024 * 3600
     w = [sum(cadence.lost_share(t, 70, mtbf_s, 120)) for t in (4000, 4960.78, 6000)]
