@@ -83,6 +83,8 @@ def one_run(tree, base, args, index):
     log = steps(a_root)
     before = {s["step"]: s["loss"] for s in log if s["restart"] == 0}
     after = [s for s in log if s["restart"] == 1]
+    if not after:
+        raise SystemExit("run %d: no step after a restart; the launchers' logs: %s" % (index, a_root.parent))
     resumed = int(Path(after[0]["resumed_from"]).name.split("-")[1])
     lost = max(s["step"] for s in log if s["restart"] == 0 and s["t"] <= killed_at) - resumed
     same = all(abs(s["loss"] - before[s["step"]]) <= 1e-6 * max(1.0, abs(before[s["step"]]))
@@ -98,11 +100,12 @@ def main():
     parser.add_argument("--ckpt-every", type=int, default=20)
     parser.add_argument("--backoff-base", type=float, default=1.0)
     parser.add_argument("--step-sleep", type=float, default=0.05)
+    parser.add_argument("--keep", help="keep the runs' directories (logs, checkpoints, metrics) here")
     args = parser.parse_args()
     if not elasticlib.TORCHRUN.exists():
         raise SystemExit(".venv-torch is missing: make torch-venv")
     with tempfile.TemporaryDirectory(prefix="gpufleet-bench-restart.") as tmp:
-        base = Path(tmp)
+        base = Path(args.keep) if args.keep else Path(tmp)
         tree = elasticlib.install_tree(base / "installed")
         results = []
         for i in range(args.runs):

@@ -156,6 +156,10 @@ def torchrun_argv(cfg):
 
 def worker_environment(cfg, base=None):
     env = dict(os.environ if base is None else base)
+    # torch >= 2.5 shares the rendezvous' TCPStore with the workers' process group, and after a restart the ranks of
+    # agents that restarted for different reasons (a failure, a membership change) read each other's stale keys:
+    # init_process_group hangs (pytorch/pytorch#135712). A store per round avoids it; the job may still say "0".
+    env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     env.update((str(k), str(v)) for k, v in cfg["environment"].items())
     env.update({
         "GPUFLEET_JOB": cfg["job"], "GPUFLEET_ELASTIC_STATE_DIR": cfg["state_dir"],

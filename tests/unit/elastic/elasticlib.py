@@ -86,7 +86,8 @@ while args and args[0].startswith("--"):
     key, _, value = args.pop(0)[2:].partition("=")
     opts[key] = value
 with open(os.environ["FAKE_DIR"] + "/torchrun-%%d.json" %% os.getpid(), "w") as fh:
-    json.dump({"opts": opts, "rest": args, "env": {k: v for k, v in os.environ.items() if k.startswith("GPUFLEET")}}, fh)
+    json.dump({"opts": opts, "rest": args, "env": {k: v for k, v in os.environ.items()
+                                                   if k.startswith(("GPUFLEET", "TORCH_"))}}, fh)
 mode = os.environ.get("FAKE_MODE", "workers")
 if mode == "agent_fail":
     sys.stderr.write("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n")

@@ -113,6 +113,7 @@ def test_restarts_back_off_resume_from_the_checkpoint_and_the_job_finishes(node,
     env = torchrun_calls(tmp_path)[0]["env"]
     assert env["GPUFLEET_CHECKPOINT_DIR"] == str(tmp_path / "ckpt") and env["GPUFLEET_JOB"] == "testjob"
     assert env["GPUFLEET_TRAINING_METRICS_DIR"] == str(tmp_path / "metrics")
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 
 
 def test_workers_out_of_restarts_exit_10(node, tmp_path):
