@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,19 @@ def test_an_empty_fleet_fails_instead_of_passing(tmp_path):
     assert proc.returncode == 2
     assert "matched no host" in proc.stdout
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_report_that_cannot_be_written_still_reaches_the_console_and_a_fallback_file(tmp_path):
+    """The directory was checked before the run, and then vanished or went read-only: the verdicts are not lost."""
+    _write_inventory(tmp_path)
+    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.ini"),
+           str(tmp_path / "play.yml"), "-e", "run_id=run-lost", "-e", "report_dir=/proc/gpufleet-no-such-dir",
+           "-e", "fail_on=never"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
+               ANSIBLE_SSH_ARGS="-o ConnectTimeout=3 -o BatchMode=yes", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode != 0
+    assert "The verdicts are not lost" in proc.stdout and "| node-ok | PASS |" in proc.stdout, proc.stdout[-3000:]
+    fallback = Path(tempfile.gettempdir()) / "gpufleet-report-run-lost.json"
+    assert fallback.exists() and json.loads(fallback.read_text())["run_id"] == "run-lost"
+    fallback.unlink()
