@@ -35,6 +35,7 @@ PLAYBOOK_VARS = {
     "gpufleet_environment": "environment the plays apply on the nodes (the simulated fleet's tools)",
     "gpufleet_ssh_extra_args": "SSH arguments the playbooks use (keepalive so a dead node is noticed)",
     "gpufleet_train_home": "home directory whose login profile the environment check reads (default: the user's)",
+    "gpufleet_site_vars": "a site's own variable names that start with gpufleet_ (accepted by this check)",
 }
 # Set by the run itself (facts, registered results): never an inventory typo.
 RUNTIME_VARS = ("gpufleet_stage", "gpufleet_completed", "gpufleet_refused_reason", "gpufleet_run",
@@ -63,7 +64,7 @@ def unknown_variables(host, names, known=None):
         close = difflib.get_close_matches(name, sorted(known), n=2, cutoff=0.75)
         hint = " (did you mean %s?)" % " or ".join(close) if close else ""
         errors.append("host %s: unknown variable %s%s: it would be ignored and the default used; fix its name in the "
-                      "inventory or -e" % (host, name, hint))
+                      "inventory or -e (a variable of your own: list it in gpufleet_site_vars)" % (host, name, hint))
     return errors
 
 

@@ -26,7 +26,7 @@ COMMON_VARS = {
     "gpufleet_poll_interval_s": 2,
     "gpufleet_psu_rails": {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]},
     "gpufleet_environment": {
-        "PATH": "{{ gpufleet_sim_root }}/bin:{{ gpufleet_base_path }}",
+        "PATH": "{{ gpufleet_sim_root }}/bin:{{ gpufleet_sim_base_path }}",
         "GPUFLEET_SIM_SCENARIO": "{{ gpufleet_sim_root }}/scenarios/{{ gpufleet_sim_scenario }}.json",
         "GPUFLEET_SIM_STATE": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}",
         "GPUFLEET_SIM_NODE": "{{ inventory_hostname }}",
@@ -67,10 +67,10 @@ def burn_in_setup(fleet, tmp_path_factory):
     scen = {n.name: {"gpufleet_sim_scenario": s} for n, s in zip(fleet.nodes, SCENARIOS, strict=True)}
     ssh_inv = _write_inventory(tmp / "ssh_vars.yml", scen, dict(
         COMMON_VARS, gpufleet_sim_root="/usr/lib/gpufleet-sim", gpufleet_sim_state_root="/var/lib/gpufleet-sim",
-        gpufleet_base_path=NODE_PATH))
+        gpufleet_sim_base_path=NODE_PATH))
     local_inv = _write_inventory(tmp / "local.yml", scen, dict(
         COMMON_VARS, gpufleet_sim_root=str(REPO / "sim"), gpufleet_sim_state_root=str(tmp / "local-state"),
-        gpufleet_base_path=os.environ["PATH"], ansible_connection="local",
+        gpufleet_sim_base_path=os.environ["PATH"], ansible_connection="local",
         ansible_python_interpreter=sys.executable))
     return {"tmp": tmp, "ssh": [fleet.inventory_path, ssh_inv], "local": [local_inv]}
 
