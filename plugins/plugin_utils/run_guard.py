@@ -35,6 +35,8 @@ PLAYBOOK_VARS = {
     "gpufleet_environment": "environment the plays apply on the nodes (the simulated fleet's tools)",
     "gpufleet_ssh_extra_args": "SSH arguments the playbooks use (keepalive so a dead node is noticed)",
     "gpufleet_train_home": "home directory whose login profile the environment check reads (default: the user's)",
+    "gpufleet_show_summary": "print the report's summary table at the end of the run (default true; the gpufleet "
+                             "command prints its own)",
 }
 # Set by the run itself (facts, registered results): never an inventory typo.
 RUNTIME_VARS = ("gpufleet_stage", "gpufleet_completed", "gpufleet_refused_reason", "gpufleet_run",
