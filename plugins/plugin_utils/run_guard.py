@@ -51,8 +51,20 @@ def role_spec():
         return yaml.safe_load(fh)["argument_specs"]["main"]["options"]
 
 
+def collection_role_options():
+    """Every option of every role of the collection: an inventory that provisions its nodes sets them next to the
+    checks' variables (gpufleet_node_exporter_* start with gpufleet_ too)."""
+    names = set()
+    for spec in sorted((COLLECTION / "roles").glob("*/meta/argument_specs.yml")):
+        with open(spec) as fh:
+            for entry in (yaml.safe_load(fh) or {}).get("argument_specs", {}).values():
+                names.update((entry or {}).get("options") or {})
+    return names
+
+
 def known_names():
-    return set(role_spec()) | set(THRESHOLDS) | set(PLAYBOOK_VARS) | set(RUNTIME_VARS)
+    return (set(role_spec()) | collection_role_options() | set(THRESHOLDS) | set(PLAYBOOK_VARS)
+            | set(RUNTIME_VARS))
 
 
 def unknown_variables(host, names, known=None):
