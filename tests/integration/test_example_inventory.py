@@ -136,3 +136,11 @@ def test_the_example_ansible_cfg_is_the_documented_one():
     cfg = (EXAMPLE / "ansible.cfg").read_text()
     assert "callbacks_enabled = kentino.gpufleet.run_record" in cfg
     assert cfg.strip() in (REPO / "docs" / "operating.md").read_text(), "docs/operating.md shows this ansible.cfg"
+
+
+def test_every_playbook_variable_is_documented_for_operators():
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils import run_guard
+
+    doc = (REPO / "docs" / "operating.md").read_text()
+    missing = [name for name in run_guard.PLAYBOOK_VARS if "`%s`" % name not in doc]
+    assert not missing, "docs/operating.md does not describe %s" % missing
