@@ -225,11 +225,19 @@ def _clusters(marks, radius, char_px):
     return [(center(c), [e for _, e in c]) for c in clusters]
 
 
+# Epoch seconds before 2000 are not wall-clock times (seconds since boot, say): never drawn as a date in 1970.
+_EPOCH_FLOOR = 946684800
+
+
+def _wall_clock(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and value >= _EPOCH_FLOOR
+
+
 def xid_timeline(nodes, width=900):
     """One row per node with timed XID events on a wall-clock axis (UTC, from the events' epoch `time_s`). Events
     closer than their marks are drawn as one mark labelled with each code and its count; the tooltip lists them."""
-    rows = [(n["host"], [e for e in n.get("xid_timeline") or [] if isinstance(e.get("time_s"), (int, float))
-                         and not isinstance(e.get("time_s"), bool)]) for n in nodes]
+    rows = [(n["host"], [e for e in n.get("xid_timeline") or [] if _wall_clock(e.get("time_s"))]) for n in nodes]
     rows = [(h, ev) for h, ev in rows if ev]
     if not rows:
         return ""

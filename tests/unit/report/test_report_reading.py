@@ -181,6 +181,8 @@ def test_timeline_marks_close_events_as_one_labelled_mark():
 
 def test_timeline_without_timed_events_is_empty():
     assert render_svg.xid_timeline([{"host": "a", "xid_timeline": [{"time_s": None, "xid": 79}]}]) == ""
+    # Seconds since boot are not a wall-clock time: never drawn as a date in 1970.
+    assert render_svg.xid_timeline(_timeline_nodes({"a": [(1843.3, 79), (float("nan"), 79)]})) == ""
 
 
 # --- lost GPUs -----------------------------------------------------------------------------------------------------------
