@@ -36,6 +36,8 @@ PLAYBOOK_VARS = {
     "gpufleet_ssh_extra_args": "SSH arguments the playbooks use (keepalive so a dead node is noticed)",
     "gpufleet_train_home": "home directory whose login profile the environment check reads (default: the user's)",
     "gpufleet_site_vars": "a site's own variable names that start with gpufleet_ (accepted by this check)",
+    "gpufleet_show_summary": "print the report's summary table at the end of the run (default true; the gpufleet "
+                             "command prints its own)",
 }
 # Set by the run itself (facts, registered results): never an inventory typo.
 RUNTIME_VARS = ("gpufleet_stage", "gpufleet_completed", "gpufleet_refused_reason", "gpufleet_run",
@@ -50,8 +52,20 @@ def role_spec():
         return yaml.safe_load(fh)["argument_specs"]["main"]["options"]
 
 
+def collection_role_options():
+    """Every option of every role of the collection: an inventory that provisions its nodes sets them next to the
+    checks' variables (gpufleet_node_exporter_* start with gpufleet_ too)."""
+    names = set()
+    for spec in sorted((COLLECTION / "roles").glob("*/meta/argument_specs.yml")):
+        with open(spec) as fh:
+            for entry in (yaml.safe_load(fh) or {}).get("argument_specs", {}).values():
+                names.update((entry or {}).get("options") or {})
+    return names
+
+
 def known_names():
-    return set(role_spec()) | set(THRESHOLDS) | set(PLAYBOOK_VARS) | set(RUNTIME_VARS)
+    return (set(role_spec()) | collection_role_options() | set(THRESHOLDS) | set(PLAYBOOK_VARS)
+            | set(RUNTIME_VARS))
 
 
 def unknown_variables(host, names, known=None):

@@ -30,6 +30,20 @@ def test_gate_fails_the_run_and_prints_the_summary(burn_in_run):
     assert "| node | verdict |" in output and "HTML report:" in output
 
 
+def test_the_end_of_a_failing_run_reads_well(burn_in_run):
+    """The summary table once, then the gate's short message; no very long line; no colour codes in a pipe."""
+    rc, output, report = burn_in_run
+    end = output[output.index("PLAY [Write the fleet report]"):]
+    assert output.count("| node | verdict |") == 1 and output.count("HTML report:") == 1, end
+    assert end.index("| node | verdict |") < end.index("TASK [Gate on the verdicts") < end.index("PLAY RECAP")
+    gate = end[end.index("TASK [Gate on the verdicts"):end.index("PLAY RECAP")]
+    assert "gate fail_on=fail: %d of 8 node(s) failed it" % len(report["summary"]["gate"]["nodes"]) in gate
+    assert "| node |" not in gate and "summary_md" not in gate and "gpu_verdicts" not in gate
+    longest = max(output.splitlines(), key=len)
+    assert len(longest) < 1000, longest[:300]
+    assert "\x1b[" not in output
+
+
 def test_report_is_valid_against_its_schema(report):
     jsonschema.validate(report, load_schema())
     assert len(report["nodes"]) == 8
