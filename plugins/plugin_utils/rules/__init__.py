@@ -151,8 +151,15 @@ def evaluate_node(host, hv, in_play_hosts=None):
     _guard(node, "xid_facts", lambda: xid.apply(node, xid_reads, problem_sources))
     if facts:
         _guard(node, "gpu_facts", lambda: health.apply(node, facts, [e.get("pci") for e in lost if e.get("pci")]))
+    # The samples were taken beside a load when the burn did work: a GPU never seen loaded is then unchecked.
+    burn = read.get("gpu_burn") or {}
+    loaded = bool(burn.get("frames")) and any((g.get("processed") or 0) > 0 for g in burn.get("gpus") or [])
     for name, rule in CHECKS:
-        if read.get(name) is not None:
+        if read.get(name) is None:
+            continue
+        if rule is samples:
+            _guard(node, name, lambda data=read[name]: samples.apply(node, data, loaded))
+        else:
             _guard(node, name, lambda rule=rule, data=read[name]: rule.apply(node, data))
     reachable, stage = reach.apply(node, hv, results, in_play_hosts)
     _check_verdicts(node)
