@@ -181,7 +181,7 @@ def _peers(result, gpu, nvswitch):
     return "the NVLink pair(s) %s" % ", ".join("GPU %s-%s (%s)" % (index, p[1], p[2]) for p in suspects), peers
 
 
-def _expected(result, t):
+def _expected(result, links_t, speed_t):
     """(links per GPU, rated speed GB/s), each with where it came from, per GPU model name."""
     by_model = {}
     for gpu in _gpus(result):
@@ -190,7 +190,6 @@ def _expected(result, t):
             m["links"] = max(m["links"], gpu["nvlink_links_total"])
             speeds = [link.get("speed_gbps") for link in gpu.get("nvlink_links") or [] if link.get("speed_gbps")]
             m["speed"] = max([m["speed"]] + speeds)
-    links_t, speed_t = t.get("gpufleet_nvlink_links_per_gpu"), t.get("gpufleet_nvlink_min_link_speed_gbps")
     out = {}
     for name, m in by_model.items():
         out[name] = (links_t if links_t else m["links"],
@@ -203,7 +202,7 @@ def _expected(result, t):
 
 def _link_findings(result, host, t, nvswitch):
     out = []
-    expected = _expected(result, t)
+    expected = _expected(result, t.get("gpufleet_nvlink_links_per_gpu"), t.get("gpufleet_nvlink_min_link_speed_gbps"))
     for gpu in _gpus(result):
         if not gpu.get("nvlink_present"):
             continue

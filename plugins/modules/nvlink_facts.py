@@ -68,8 +68,8 @@ options:
   baseline:
     description:
       - An earlier read of this module (its RV(ansible_facts.gpufleet_nvlink)), e.g. the one taken before a burn.
-        Its error counters are kept in RV(ansible_facts.gpufleet_nvlink.baseline) so that one result holds the counters
-        before and after, and the rise between them can be judged.
+        Its error counters are kept in the result (C(baseline) in RV(ansible_facts.gpufleet_nvlink)) so that one
+        result holds the counters before and after, and the rise between them can be judged.
     type: dict
 notes:
   - O(executable) defaults to C(nvidia-smi) on E(PATH); O(timeout) applies to each call and defaults to 60 seconds.
@@ -77,7 +77,9 @@ notes:
     unknown with the reason.
 seealso:
   - module: kentino.gpufleet.gpu_facts
-  - role: kentino.gpufleet.fabric_manager
+  - name: The kentino.gpufleet.fabric_manager role
+    description: Installs the fabric manager at the driver's version on NVSwitch machines and verifies the fabric.
+    link: https://example.invalid/kentino/gpufleet/blob/main/docs/roles.md#fabric_manager
 """
 
 EXAMPLES = r"""
