@@ -43,7 +43,8 @@ PLAYBOOK_VARS = {
 RUNTIME_VARS = ("gpufleet_stage", "gpufleet_completed", "gpufleet_refused_reason", "gpufleet_run",
                 "gpufleet_run_id", "gpufleet_run_started", "gpufleet_xid_before", "gpufleet_stage_failures",
                 "gpufleet_interrupted", "gpufleet_report", "gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_xid",
-                "gpufleet_driver_version", "gpufleet_gpu_problems", "gpufleet_pci_gpus", "gpufleet_training_env")
+                "gpufleet_driver_version", "gpufleet_gpu_problems", "gpufleet_pci_gpus", "gpufleet_training_env",
+                "gpufleet_nvlink", "gpufleet_nvlink_before")
 RUNTIME_PREFIXES = ("gpufleet_result_", "gpufleet_sim_", "gpufleet_provision_")
 
 
