@@ -296,16 +296,24 @@ def _sweep(marker):
     return killed
 
 
+def _rank_payloads(text):
+    """(JSON text, parsed object or None) for every marker in the output. Ranks share one pipe, and print() in an
+    unbuffered Python writes the line and its newline apart: two ranks' lines can run together on one line."""
+    decoder = json.JSONDecoder()
+    for chunk in text.split(RESULT_MARKER)[1:]:
+        try:
+            data, _end = decoder.raw_decode(chunk)
+        except ValueError:
+            data = None
+        yield RESULT_MARKER + chunk.split("\n", 1)[0], data
+
+
 def _rank_results(text, unparsed):
     ranks = {}
-    for line in text.splitlines():
-        idx = line.find(RESULT_MARKER)
-        if idx < 0:
-            continue
+    for line, data in _rank_payloads(text):
         try:
-            data = json.loads(line[idx + len(RESULT_MARKER):])
             rank = int(data["rank"])
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError, ValueError):
             unparsed.append(line[:300])
             continue
         errors = [str(e) for e in data.get("errors") or []]
