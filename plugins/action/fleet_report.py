@@ -15,6 +15,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.step import HistoryStep
 
 # Only these variables feed the rules: reading every hostvar would template the whole inventory for nothing.
 _PREFIX = "gpufleet_"
@@ -107,10 +108,18 @@ class ActionModule(ActionBase):
 
         data = {host: read_host(hostvars, host) for host in dict.fromkeys(hosts)}
         nodes = report.evaluate_fleet(list(data), data, play_hosts)
+        report_dir = os.path.expanduser(args["report_dir"])
+        # Trends, drift and baselines from the history (read only here; the run is recorded after the report).
+        history = HistoryStep(args.get("history_dir") or os.path.join(report_dir, "history"), args["history_days"],
+                              args["baseline_reset"], enabled=args["history"] and not self._task.check_mode)
+        history.judge(nodes, data, args.get("playbook"))
         started = args.get("started") or task_vars.get("gpufleet_run_started")
         try:
             doc = report.build_report(nodes, run_id, playbook=args.get("playbook"),
                                       started=str(started) if started else None, fail_on=fail_on)
+            if history.enabled:
+                # Whether the run lands in the history is known only after the report is written: see the result.
+                doc["history"] = {k: v for k, v in history.info.items() if k != "recorded"}
             report.validate_report(doc)
         except report.ReportError as exc:
             raise AnsibleActionFail(str(exc)) from exc
@@ -125,7 +134,6 @@ class ActionModule(ActionBase):
             "failing_nodes": summary["gate"]["nodes"],
             "config_errors": [f["message"] for n in doc["nodes"] for f in n["findings"] if f["code"] == "CONFIG_INVALID"],
         })
-        report_dir = os.path.expanduser(args["report_dir"])
         if self._task.check_mode:
             result["msg"] = "check mode: report judged, no files written"
         else:
@@ -138,6 +146,9 @@ class ActionModule(ActionBase):
                     "could not write the fleet report under %s: %s. The verdicts are not lost: %s\n%s" % (
                         report_dir, exc, fallback, render_md.summary_table(doc))) from exc
             run_guard.release_lock(report_dir, doc["run_id"])
+            history.record(doc)
+            if history.info["error"]:
+                self._display.warning("gpufleet history: %s (the report is written)" % history.info["error"])
             files = written["files"]
             result.update({
                 "changed": True,
@@ -148,6 +159,7 @@ class ActionModule(ActionBase):
                 "junit_path": files["junit.xml"],
                 "latest": written["latest"],
             })
+        result["history"] = history.info
         if summary["gate"]["failed"]:
             # Short: the summary table (node, verdict, worst finding, action) is shown right after by the playbook.
             result["failed"] = True

@@ -79,6 +79,28 @@ options:
     description: Point O(report_dir)/latest at this run once every file is written.
     type: bool
     default: true
+  history:
+    description:
+      - Judge trends, version drift and baselines from the history store and record this run in it (docs/audit.md).
+        Before the report is built the history is read; after the report files are written the run is recorded. A
+        history that cannot be read or written is said in C(report.json) and the result's RV(history), never a lost
+        report.
+    type: bool
+    default: true
+  history_dir:
+    description:
+      - Directory of the history file (C(gpufleet-history.sqlite3)). Default O(report_dir)/history.
+    type: path
+  history_days:
+    description: Runs older than this many days are removed from the history after each run (0 keeps everything).
+    type: int
+    default: 400
+  baseline_reset:
+    description:
+      - Record this burn-in's figures as the nodes' new baselines (after a repair), instead of comparing with the
+        old ones.
+    type: bool
+    default: false
 notes:
   - Run it once, on the controller (C(run_once) or a play on localhost).
   - Needs Jinja2 and jsonschema on the controller (both are dependencies of the project).
@@ -163,6 +185,11 @@ latest:
   description: Path of the latest link, when O(latest_link=true).
   returned: when written
   type: str
+history:
+  description: The history step (enabled, path, error, recorded, previous_runs, pruned_runs).
+  returned: always
+  type: dict
+  sample: {enabled: true, path: reports/history/gpufleet-history.sqlite3, error: null, recorded: true}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -175,6 +202,10 @@ ARGUMENT_SPEC = dict(
     fail_on=dict(type="str", choices=["fail", "warn", "never"]),
     started=dict(type="str"),
     latest_link=dict(type="bool", default=True),
+    history=dict(type="bool", default=True),
+    history_dir=dict(type="path"),
+    history_days=dict(type="int", default=400),
+    baseline_reset=dict(type="bool", default=False),
 )
 
 
