@@ -143,8 +143,8 @@ class Snapshot:
             self.facts.update(facts([], None, [gpu_problem("tool_missing", MISSING_MESSAGE)]))
             self.parts["gpus"].update(ok=False, error=MISSING_MESSAGE)
             return
-        table, evidence, rows = read_table(exe, self.budget.timeout(p["timeout"]), True, p["include_q"], EXTRA_SPEC,
-                                           runner=self.runner)
+        table, evidence, rows = read_table(exe, self.budget.timeout(p["timeout"]), p["mode"] == "audit",
+                                           p["include_q"], EXTRA_SPEC, runner=self.runner)
         self.facts.update(table)
         self.result["nvidia_smi"] = evidence
         self.result["tool"] = evidence["calls"][0] if evidence["calls"] else None

@@ -43,6 +43,14 @@ attributes:
     support: full
     platforms: posix
 options:
+  mode:
+    description:
+      - V(audit) reads everything below. V(identity) reads only the GPUs (one nvidia-smi query, no C(-q), no
+        processes) and the versions and platform, returns no facts and no RV(gpu_sample) - what a burn-in or preflight
+        records for the history (drift, the customer handover sheet) without touching their own GPU table.
+    type: str
+    choices: [audit, identity]
+    default: audit
   budget:
     description: Seconds the whole snapshot may take; each tool's timeout is cut to what is left.
     type: int
@@ -149,10 +157,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+mode:
+  description: The O(mode) the snapshot ran in.
+  returned: always
+  type: str
 ansible_facts:
   description: C(gpufleet_gpus), C(gpufleet_gpu_count), C(gpufleet_driver_version), C(gpufleet_gpu_problems) as
     M(kentino.gpufleet.gpu_facts) sets them, and C(gpufleet_xid) as M(kentino.gpufleet.xid_facts) sets it.
-  returned: always
+  returned: when O(mode=audit)
   type: dict
 gpus:
   description:
@@ -315,6 +327,7 @@ def _verdicts(result, facts, host, env_expected):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            mode=dict(type="str", default="audit", choices=["audit", "identity"]),
             budget=dict(type="int", default=120),
             timeout=dict(type="int", default=60),
             include_q=dict(type="bool", default=True),
@@ -349,12 +362,19 @@ def main():
         module.fail_json(msg="checkpoint_size_gb and checkpoint_interval_min must be > 0 and checkpoint_keep >= 0")
     p["env_expected"] = dict(DEFAULT_ENV_EXPECTED) if p["env_expected"] is None else dict(
         (str(k), None if v is None else str(v)) for k, v in p["env_expected"].items())
+    if p["mode"] == "identity":
+        p.update(include_q=False, xid=False, env=False, checkpoint_path="")
     result, facts = Snapshot(module, p, _xid_reader(module, p)).collect()
+    result["mode"] = p["mode"]
+    if p["mode"] == "identity":
+        result["gpu_sample"] = None  # the run's own sampler and GPU table stay the ones judged
+        facts = {}
     if result["tool"] is None:
         result["tool"] = {"argv": [], "rc": None, "timed_out": False, "duration_s": 0.0,
                           "error": (result["parts"].get("gpus") or {}).get("error")}
     findings = _verdicts(result, facts, node_name(), p["env_expected"])
-    result["ansible_facts"] = facts
+    if facts:
+        result["ansible_facts"] = facts
     exit_check(module, result, findings)
 
 

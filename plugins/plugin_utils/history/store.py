@@ -387,6 +387,15 @@ class History:
         return {(r["ident"] or "", r["metric"], r["detail"]): {"value": r["value"], "run_id": r["run_id"],
                                                               "ts": r["ts"]} for r in rows}
 
+    def latest_of_group(self, playbook, grp):
+        """Each host's newest node row of `playbook` among the hosts whose newest such row is in group `grp`."""
+        rows = self.db.execute(
+            "SELECT n.*, h.name AS host_name, r.run_id FROM node_runs n JOIN runs r ON r.id = n.run "
+            "JOIN hosts h ON h.id = n.host WHERE r.playbook = ? AND n.grp = ? AND n.reachable = 1 AND n.ts = "
+            "(SELECT MAX(n2.ts) FROM node_runs n2 JOIN runs r2 ON r2.id = n2.run WHERE n2.host = n.host AND "
+            "r2.playbook = ? AND n2.reachable = 1)", (playbook, grp, playbook))
+        return [_node_row(r) for r in rows]
+
     def node_doc(self, node_run_id):
         row = self.db.execute("SELECT doc FROM node_docs WHERE node_run = ?", (node_run_id,)).fetchone()
         return json.loads(zlib.decompress(row[0]).decode("utf-8")) if row else None

@@ -151,9 +151,10 @@ def evaluate_node(host, hv, in_play_hosts=None):
     lost = xid.lost_entries(xid_reads, problem_sources)
     _guard(node, "xid_facts", lambda: xid.apply(node, xid_reads, problem_sources))
     if facts:
-        # In an audit (a health_snapshot) a busy GPU is production work, not a finding.
+        # In an audit a busy GPU is production work, not a finding.
+        audit = _mapping(results.get("health_snapshot")).get("mode") == "audit"
         _guard(node, "gpu_facts", lambda: health.apply(node, facts, [e.get("pci") for e in lost if e.get("pci")],
-                                                       busy_is_finding="health_snapshot" not in results))
+                                                       busy_is_finding=not audit))
     for name, rule in CHECKS:
         if read.get(name) is not None:
             _guard(node, name, lambda rule=rule, data=read[name]: rule.apply(node, data))
