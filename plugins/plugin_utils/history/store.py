@@ -222,18 +222,30 @@ class History:
             return row[0]
         return self.db.execute("INSERT INTO hosts (name) VALUES (?)", (name,)).lastrowid
 
-    def _gpu_id(self, host_id, gpu, ts):
-        ident = ident_of(gpu)
-        row = self.db.execute("SELECT id FROM gpus WHERE host = ? AND ident = ?", (host_id, ident)).fetchone()
-        if row:
-            self.db.execute("UPDATE gpus SET pci = ?, idx = ?, name = COALESCE(?, name), serial = COALESCE(?, serial),"
-                            " last_ts = MAX(COALESCE(last_ts, 0), ?) WHERE id = ?",
-                            (gpu.get("pci"), gpu.get("idx"), gpu.get("name"), gpu.get("serial"), ts, row[0]))
-            return row[0]
-        return self.db.execute("INSERT INTO gpus (host, ident, uuid, serial, pci, idx, name, first_ts, last_ts) "
-                               "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               (host_id, ident, gpu.get("uuid"), gpu.get("serial"), gpu.get("pci"), gpu.get("idx"),
-                                gpu.get("name"), ts, ts)).lastrowid
+    def _gpu_ids(self, host_id, gpus):
+        """{ident: gpu id} for a node's GPUs: known identities updated where their slot or name changed (a GPU moved
+        to another index or PCI address), new ones inserted; last_ts in one statement per node."""
+        known = dict((r[0], tuple(r[1:])) for r in self.db.execute(
+            "SELECT ident, id, pci, idx, name, serial FROM gpus WHERE host = ?", (host_id,)))
+        out = {}
+        for gpu in gpus:
+            ident = ident_of(gpu)
+            row = known.get(ident)
+            if row is None:
+                out[ident] = self.db.execute(
+                    "INSERT INTO gpus (host, ident, uuid, serial, pci, idx, name, first_ts, last_ts) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?)", (host_id, ident, gpu.get("uuid"), gpu.get("serial"), gpu.get("pci"),
+                                                     gpu.get("idx"), gpu.get("name"), gpu["ts"], gpu["ts"])).lastrowid
+                continue
+            out[ident] = row[0]
+            if row[1:] != (gpu.get("pci"), gpu.get("idx"), gpu.get("name") or row[3], gpu.get("serial") or row[4]):
+                self.db.execute("UPDATE gpus SET pci = ?, idx = ?, name = COALESCE(?, name), serial = COALESCE(?, "
+                                "serial) WHERE id = ?", (gpu.get("pci"), gpu.get("idx"), gpu.get("name"),
+                                                         gpu.get("serial"), row[0]))
+        if gpus:
+            self.db.execute("UPDATE gpus SET last_ts = MAX(COALESCE(last_ts, 0), ?) WHERE host = ? AND id IN (%s)" % (
+                ", ".join("?" * len(out))), [max(g["ts"] for g in gpus), host_id] + list(out.values()))
+        return out
 
     def record(self, run, nodes):
         """Write one run: run = {run_id, playbook, started, finished, ts, verdict, interrupted}; nodes = [{host, ts,
@@ -260,8 +272,9 @@ class History:
                     [run_pk, host_id, node["ts"]] + values).lastrowid
                 gpu_ids = {}
                 rows = []
+                ids = self._gpu_ids(host_id, node.get("gpus") or [])
                 for gpu in node.get("gpus") or []:
-                    gpu_id = self._gpu_id(host_id, gpu, gpu["ts"])
+                    gpu_id = ids[ident_of(gpu)]
                     gpu_ids[gpu.get("pci")] = gpu_id
                     rows.append([node_pk, gpu_id, gpu["ts"], gpu.get("idx"), gpu.get("verdict")]
                                 + [gpu.get(c) for c in GPU_COLUMNS])
@@ -325,10 +338,9 @@ class History:
         return [(r[0], r[1]) for r in rows if r[0] is not None]
 
     def gpus_of(self, host, index=None):
-        """GPU identities of a host (newest first), optionally only those seen at nvidia-smi index `index`."""
+        """GPU identities of a host (newest first), optionally only those last seen at nvidia-smi index `index`."""
         sql = ("SELECT g.* FROM gpus g JOIN hosts h ON h.id = g.host WHERE h.name = ?" +
-               (" AND g.id IN (SELECT gpu FROM gpu_runs WHERE idx = ?)" if index is not None else "") +
-               " ORDER BY g.last_ts DESC")
+               (" AND g.idx = ?" if index is not None else "") + " ORDER BY g.last_ts DESC")
         return [dict(r) for r in self.db.execute(sql, (host,) if index is None else (host, index))]
 
     def gpu_series(self, gpu_id, since=None, until=None):
