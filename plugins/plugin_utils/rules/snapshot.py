@@ -30,4 +30,6 @@ def apply(node, data):
     node.judged(MODULE, judge_snapshot.judge(data, node.t, node.host), figures, data.get("not_run"))
     for key, rule in (("gpu_sample", samples), ("storage", storage), ("env", env)):
         if data.get(key) is not None:
+            series = dict(node.series)
             rule.apply(node, data[key])
+            node.series = series  # one reading is not a curve: the report's charts are for sampled runs
