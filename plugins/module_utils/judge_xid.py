@@ -134,7 +134,8 @@ def _classify(event, gpus, overrides, t, tracker, timeline, rma, leak, other):
     index = gpus.get(pci) if pci else None
     when = event_time(event)
     line = str(event.get("line") or "XID %s at %s" % (code, pci))
-    level, basis = xid_policy.severity(code, event.get("details"), event.get("correlated_with"), overrides)
+    level, basis = xid_policy.severity(code, event.get("details"), event.get("correlated_with"), overrides,
+                                       synthetic=event.get("synthetic") is True)
     timeline.append({"time_s": when, "xid": code, "gpu": index, "pci": pci, "severity": level,
                      "message": line[:300]})
     if event.get("counted") is False:  # a consequence of another event (XID 45 after 79): timeline only

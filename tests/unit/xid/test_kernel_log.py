@@ -367,3 +367,23 @@ def test_channel_id_chid_and_channel_forms():
 def test_burst_takes_its_channel_from_a_later_line():
     res = parse("xid_13_burst.log")
     assert [e["channel"] for e in res["events"]] == [0x10, 0x12]  # "ChID 0010" on the burst's last line
+
+
+# ---------------------------------------------------------------- one severity policy
+
+
+@pytest.mark.parametrize("overrides", [{}, {45: "critical", 79: "warning", 154: "info", 145: "info"}])
+def test_every_event_carries_the_policy_severity_the_report_recomputes(overrides):
+    """The node labels events with xid_policy.severity, the function the fleet report calls again: same answer."""
+    from ansible_collections.kentino.gpufleet.plugins.module_utils import xid_policy
+
+    seen = set()
+    for path in sorted(FIX.glob("*.log")):
+        for event in parse(path.name, severity_overrides=overrides)["events"]:
+            expected = xid_policy.severity(event["xid"], event["details"], event["correlated_with"], overrides,
+                                           synthetic=event["synthetic"])
+            assert (event["severity"], event["severity_basis"]) == expected, (path.name, event["line"])
+            seen.add((event["xid"], event["synthetic"], bool(event["correlated_with"])))
+    # the cases that refine the catalog's default are all among the fixtures
+    assert {(45, False, True), (45, False, False), (79, True, False), (154, False, False),
+            (145, False, False)} <= seen
