@@ -655,6 +655,42 @@ class XidScanner:
         self.counts_by_severity[event["severity"]] = self.counts_by_severity.get(event["severity"], 0) + 1
 
     # ---- output ---------------------------------------------------------------------------------------------
+    def _public(self, event):
+        out = {k: v for k, v in event.items() if not k.startswith("_")}
+        ids = self.gpu_ids.get(event["pci"]) or {}
+        out["uuid"], out["serial"] = ids.get("uuid"), ids.get("serial")
+        return out
+
+    def take_new(self):
+        """What was found since the previous call, for a reader that never stops (the XID watcher); result() is for
+        one read. Returns {"events": new events oldest first (result()'s keys plus epoch_s, the time of the event's
+        latest line), "lost": [{pci, epoch_s, boot_id, line, evidence}] of GPUs newly reported fallen off the bus
+        (with or without an Xid line), "unparsed": {reason: lines}, "events_dropped": events beyond max_events}.
+
+        What is handed out is forgotten, and so are the per-read tallies of result()'s summary: months of following
+        keep memory bounded. Bursts and XID 45 correlation still see the recent events (a burst continued in a later
+        read is folded into its event, not counted again). A GPU reported lost again is handed out again: the caller
+        decides what one loss is (the watcher counts one per GPU and boot).
+        """
+        events = []
+        for event in self.events:
+            out = self._public(event)
+            out["epoch_s"] = event["_t_epoch"]
+            events.append(out)
+        lost = [{"pci": pci, "epoch_s": _epoch(item["time"]), "boot_id": item["boot_id"], "line": item["line"],
+                 "evidence": list(item["evidence"])}
+                for pci, item in sorted(self.lost.items(), key=lambda kv: kv[1]["seq"])]
+        taken = {"events": events, "lost": lost, "unparsed": dict(self.unparsed_reasons),
+                 "events_dropped": self.dropped}
+        del self.events[:]
+        self.lost.clear()
+        self.unparsed_reasons.clear()
+        self.dropped = 0
+        self.counts_by_code.clear()
+        self.counts_by_pci.clear()
+        self.counts_by_severity.clear()
+        return taken
+
     def result(self):
         """{events, lost_gpus, init_failures, gpu_ids, summary, highest_severity, unparsed} (docs/contracts.md)."""
         if self._result is not None:  # synthetic events are added once
@@ -682,12 +718,7 @@ class XidScanner:
         while len(self.events) > self.max_events:
             del self.events[0]
             self.dropped += 1
-        events = []
-        for event in self.events:
-            ids = self.gpu_ids.get(event["pci"]) or {}
-            out = {k: v for k, v in event.items() if not k.startswith("_")}
-            out["uuid"], out["serial"] = ids.get("uuid"), ids.get("serial")
-            events.append(out)
+        events = [self._public(event) for event in self.events]
         counted = [s for s, n in self.counts_by_severity.items() if n]
         highest = max(counted, key=xid_policy.rank) if counted else "none"
         lost_gpus = sorted(set(self.lost) | xid79 - {None})

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils import xid_policy
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log import XidScanner
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import journal_record
 from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import (
@@ -42,7 +43,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 from ansible_collections.kentino.gpufleet.plugins.module_utils.prom_textfile import MetricFamily, atomic_write, render
-from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES, lookup
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES
 
 STATE_VERSION = 1
 XID_PROM = "gpufleet_xid.prom"
@@ -166,17 +167,6 @@ def read_boot_time(path):
     except (IOError, OSError, ValueError, IndexError):
         pass
     return None
-
-
-def _epoch(value):
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return value.timestamp()
-    except (AttributeError, OverflowError, ValueError, OSError):
-        return None
 
 
 # ---- GPU identity (labels) -----------------------------------------------------------------------------------------
@@ -503,6 +493,7 @@ class Watcher:
                    if self.boot_time is not None else None)
         self.scanner = XidScanner(severity_overrides=cfg["severity_overrides"], max_events=MAX_EVENTS_PER_SCAN,
                                   boot_time=boot_dt, boot_id=self.boot_id if cfg["source"] == "dmesg" else None)
+        self._lost_severity = xid_policy.severity(79, overrides=cfg["severity_overrides"], synthetic=True)[0]
         # what is counted (all saved in the state file)
         self.counters = {}  # (pci, xid, severity) -> {"gpu", "uuid", "value"}
         self.last_ts = {}  # (pci, xid) -> epoch seconds
@@ -513,7 +504,6 @@ class Watcher:
         self.lines_read = 0
         self.unparsed = {}  # reason -> lines
         self.series_dropped = 0
-        self._unparsed_seen = {}
         self._overlong_seen = 0
         # bookkeeping
         self.started = self.clock()
@@ -687,30 +677,18 @@ class Watcher:
         self._events_dirty = self._dirty = self._state_dirty = True
 
     def _take_events(self):
-        sc = self.scanner
-        for event in sc.events:
+        new = self.scanner.take_new()
+        for event in new["events"]:
             if event["counted"]:
-                uuid = (sc.gpu_ids.get(event["pci"]) or {}).get("uuid")
-                if uuid:
-                    self._learn(event["pci"], uuid=uuid)
-                self._count(event["pci"], event["xid"], event["severity"], event.get("_t_epoch"), event["boot_id"],
+                if event["uuid"]:
+                    self._learn(event["pci"], uuid=event["uuid"])
+                self._count(event["pci"], event["xid"], event["severity"], event["epoch_s"], event["boot_id"],
                             event["line"])
-        del sc.events[:]
-        for pci, lost in sorted(sc.lost.items(), key=lambda kv: kv[1]["seq"]):
-            info = lookup(79)
-            severity = self.cfg["severity_overrides"].get(79, info["severity"])
-            self._count(pci, 79, severity, _epoch(lost["time"]), lost["boot_id"], lost["line"])
-        sc.lost.clear()
-        # per-read tallies the watcher does not use: cleared so that months of running never grow them
-        sc.counts_by_code.clear()
-        sc.counts_by_pci.clear()
-        sc.counts_by_severity.clear()
-        for reason, total in sc.unparsed_reasons.items():
-            new = total - self._unparsed_seen.get(reason, 0)
-            if new > 0:
-                self.unparsed[reason] = self.unparsed.get(reason, 0) + new
-                self._unparsed_seen[reason] = total
-                self._dirty = self._state_dirty = True
+        for lost in new["lost"]:
+            self._count(lost["pci"], 79, self._lost_severity, lost["epoch_s"], lost["boot_id"], lost["line"])
+        for reason, lines in new["unparsed"].items():
+            self.unparsed[reason] = self.unparsed.get(reason, 0) + lines
+            self._dirty = self._state_dirty = True
         overlong = self.source.overlong
         if overlong > self._overlong_seen:
             self.unparsed["overlong_line_cut"] = self.unparsed.get("overlong_line_cut", 0) + overlong - self._overlong_seen
