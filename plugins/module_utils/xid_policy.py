@@ -55,3 +55,18 @@ def severity(code, details=None, correlated_with=None, overrides=None, synthetic
         level = overrides.get(code, overrides.get(str(code)))
         basis = "severity_overrides"
     return level, basis
+
+
+def parse_overrides(mapping):
+    """{code: severity} from an inventory, a module option or the watcher's configuration -> {int code: severity}.
+    Raises ValueError naming the bad key or value."""
+    out = {}
+    for code, level in (mapping or {}).items():
+        try:
+            key = int(str(code).strip())
+        except ValueError:
+            raise ValueError("severity_overrides: key %r is not an XID code (an integer such as 63)" % (code,)) from None
+        if level not in SEVERITIES:
+            raise ValueError("severity_overrides: XID %s -> %r is not one of %s" % (code, level, ", ".join(SEVERITIES)))
+        out[key] = level
+    return out
