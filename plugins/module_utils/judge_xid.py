@@ -21,6 +21,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normal
 
 CHECK = "xid_facts"
 MAX_TIMELINE = 300
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads.
+THRESHOLDS = ("gpufleet_lost_xids", "gpufleet_rma_xids", "gpufleet_ecc_leak_xids", "gpufleet_xid_severity_overrides",
+              "gpufleet_psu_rails", "gpufleet_psu_loss_window_s")
 
 BUCKET_WORDS = {
     "RESTART_APP": "restart the application; the GPU is fine unless it repeats",
@@ -260,7 +263,8 @@ def _rails(lost, t, host):
             how = "within %.3f s" % span if span is not None else "in the same run"
             out.append(finding("fail", "PSU_RAIL_LOSS", "%s: GPUs %s (PSU %s rail%s) were lost together %s" % (
                 host, ", ".join(map(str, indices)), rail, ", the whole rail" if whole else "", how),
-                "replace/check PSU %s on %s; split rails are not redundancy (use 1+1 hot-swap PSUs)" % (rail, host),
+                "replace/check PSU %s on %s (rail %s: GPUs %s); split rails are not redundancy (use 1+1 hot-swap "
+                "PSUs)" % (rail, host, rail, ", ".join(str(m) for m in members)),
                 [line for e in on_rail for line in e["evidence"]]))
             psu_of.update((i, rail) for i in indices)
     if not rails:

@@ -106,8 +106,10 @@ options:
     type: int
     default: 1024
 notes:
-  - Per host, the inventory variables C(gpufleet_psu_rails) (PSU rail -> GPU indices) and
-    C(gpufleet_cuda_visible_devices) (the job's CUDA_VISIBLE_DEVICES when no worker is alive to read it from) are used.
+  - Per host, the XID thresholds of the fleet report (C(gpufleet_psu_rails), C(gpufleet_psu_loss_window_s), the XID
+    lists and C(gpufleet_xid_severity_overrides)): the XIDs of the window are judged by the same judge with the same
+    numbers, so the findings and actions match the fleet report's. And C(gpufleet_cuda_visible_devices) (the job's
+    CUDA_VISIBLE_DEVICES when no worker is alive to read it from).
   - Needs Jinja2 and jsonschema on the controller (dependencies of the project). Check mode analyses without writing.
 seealso:
   - module: kentino.gpufleet.job_evidence
