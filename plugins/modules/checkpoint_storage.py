@@ -33,15 +33,11 @@ version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: partial
     details: In check mode the write test is not run; space, inodes, the mount and the NVMe health are still checked.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   path:
     description: The checkpoint directory (it must exist; the kentino.gpufleet.training_env role creates it).

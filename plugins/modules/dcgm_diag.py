@@ -24,15 +24,11 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: partial
     details: In check mode dcgmi is not run (nor nvidia-smi for O(level=auto)); the result is RV(verdict=skipped).
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   level:
     description:

@@ -26,15 +26,11 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: partial
     details: In check mode gpu_burn is not run; the result is RV(verdict=skipped) with the planned command line.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   duration:
     description: Seconds to burn (gpu_burn's TIME argument).

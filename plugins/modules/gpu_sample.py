@@ -31,15 +31,11 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: full
     details: Read-only; check mode samples as a normal run does.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   duration:
     description:

@@ -30,15 +30,11 @@ version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: full
     details: Read-only; check mode runs the same reads.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   logs:
     description: Log files of the job on this node (paths or globs, plain or gzip), e.g. the files of C(torchrun --tee).

@@ -27,15 +27,11 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: partial
     details: In check mode neither the test nor nvidia-smi is run; the result is RV(verdict=skipped).
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   min_bytes:
     description: Smallest message size (C(-b)), bytes with an optional K, M or G suffix.

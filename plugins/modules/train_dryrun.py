@@ -31,15 +31,11 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: partial
     details: In check mode torchrun is not started; the result is RV(verdict=skipped).
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   entrypoint:
     description:

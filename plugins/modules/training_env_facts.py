@@ -28,17 +28,12 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
+  - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.facts
 attributes:
   check_mode:
     support: full
     details: Read-only; check mode runs the same reads.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 options:
   user:
     description: The user that runs training. Default the user running the module. Another user needs root (become).

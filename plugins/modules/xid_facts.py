@@ -41,17 +41,12 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
+  - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.facts
 attributes:
   check_mode:
     support: full
     details: Check mode reads the log as a normal run does; the O(state_file) is read but not written.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 options:
   source:
     description:
