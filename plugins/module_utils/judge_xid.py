@@ -37,7 +37,6 @@ BUCKET_WORDS = {
     "WORKFLOW_NVLINK_ERR": "reset the GPU and check the NVLink/NVSwitch fabric",
 }
 
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "GPU_LOST": ("fail", "fell off the bus: XID 79, a lost-GPU line without an Xid, or nvidia-smi/the sampler/the burn "
                          "saying the GPU is lost"),

@@ -43,7 +43,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader
     iso_us,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import read_boot_id, read_boot_time
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu, spec
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 from ansible_collections.kentino.gpufleet.plugins.module_utils.prom_textfile import MetricFamily, atomic_write, render
 
@@ -54,7 +54,7 @@ STATUS_FILE = "xid-watcher.status.json"
 MAX_SERIES = 2048  # fuzzed addresses must not grow the state without bound
 SCAN_BYTES = 128 * 1024
 MAX_EVENTS_PER_SCAN = SCAN_BYTES // 16  # more than the lines of one scan block: the scanner never drops an event
-INVENTORY_SPEC = (("index", ("index",)), ("pci", ("pci.bus_id",)), ("uuid", ("uuid",)), ("name", ("name",)))
+INVENTORY_SPEC = spec("index", "pci", "uuid", "name")
 
 DEFAULTS = {
     "source": "journal",  # journal | file | dmesg

@@ -120,17 +120,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: pass, warn, fail, error or skipped.
-  returned: always
-  type: str
-  sample: fail
-reasons:
-  description: One line per finding, naming the path or device and what to do.
-  returned: always
-  type: list
-  elements: str
-  sample: ["/mnt/nvme/ckpt is on a read-only mount (/dev/nvme1n1p1 on /mnt/nvme): check `dmesg` ..."]
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
 evidence:
   description: Raw lines that justify the verdict (the /proc/mounts line, the write error, the health fields).
   returned: always

@@ -200,18 +200,12 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.job_sources impor
     scan_processes,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError, read_kernel_log
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu, public_problems
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu, public_problems, spec
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool
 
 _LOST_ROW = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)")
-GPU_SPEC = (
-    ("index", ("index",)),
-    ("pci", ("pci.bus_id",)),
-    ("uuid", ("uuid",)),
-    ("name", ("name",)),
-    ("throttle_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
-)
+GPU_SPEC = spec("index", "pci", "uuid", "name", "throttle_reasons")
 
 
 def read_kernel(module, mode, since, until, timeout):

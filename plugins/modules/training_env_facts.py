@@ -93,15 +93,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: V(pass), V(warn), V(fail) or V(error).
-  returned: always
-  type: str
-reasons:
-  description: One line per finding, naming the variable, where it is wrong and how to fix it.
-  returned: always
-  type: list
-  elements: str
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
 evidence:
   description: The NAME=VALUE lines (or their absence) that justify the verdict.
   returned: always
