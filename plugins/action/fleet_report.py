@@ -9,66 +9,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.step import HistoryStep
-
-# Only these variables feed the rules: reading every hostvar would template the whole inventory for nothing.
-_PREFIX = "gpufleet_"
-
-
-def _plain(value, depth=0):
-    """Ansible's lazy/tagged containers and unsafe strings -> plain JSON types (the rules and the schema need them)."""
-    if depth > 40:
-        return str(value)
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_plain(v, depth + 1) for v in value]
-    return str(value)
-
-
-def read_host(hostvars, host):
-    """The gpufleet_* variables and gpufleet_* facts of one host as plain data; unreadable values become errors."""
-    try:
-        hv = hostvars[host]
-    except Exception:  # not in the inventory: reported as never reached
-        return {}
-    out = {}
-    try:
-        keys = list(hv.keys())
-    except Exception:
-        keys = []
-    for key in keys:
-        if not isinstance(key, str) or not (key.startswith(_PREFIX) or key == "ansible_facts"):
-            continue
-        try:
-            value = hv[key]
-            if key == "ansible_facts":
-                value = {k: v for k, v in value.items() if str(k).startswith(_PREFIX)}
-            out[key] = _plain(value)
-        except Exception as exc:  # a variable that does not template: keep the run going, show it on the node
-            message = "could not read %s of %s: %s" % (key, host, exc)
-            if key.startswith("gpufleet_result_"):
-                out[key] = {"verdict": "error", "reasons": [message], "evidence": []}
-            else:
-                out.setdefault("gpufleet_result_report_input", {"verdict": "error", "reasons": [], "evidence": []})
-                out["gpufleet_result_report_input"]["reasons"].append(message)
-    return out
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import read_host
 
 
 def _fallback(doc):

@@ -1,12 +1,23 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""Read the kernel log for the XID parser once, going on from a saved position (stdlib only: runs on the node).
+"""Read the kernel log for the XID parser, once or following it (stdlib only: runs on the node).
 
-read_kernel_log() -> KernelLogRead (.facts(): the gpufleet_xid fact; .save(): the new position; .tool). The journal
-(cursor, boot id: a read spans reboots and falls back to the saved time when the cursor is gone), dmesg (this boot,
-by uptime) or a plain/gzip file (rotation by inode, truncation). ReadError names the tool or file and the fix.
+One read (xid_facts, job_evidence, the audit's health snapshot): read_kernel_log() -> KernelLogRead. Following (the
+XID watcher): JournalSource, DmesgSource, FileSource. Parsing is kernel_log.XidScanner's; this module decides what
+to feed it, so that a read neither misses nor repeats a line when it goes on from a saved position:
 
-The readers are xid_facts' (same behaviour); xid_facts, the watcher and the health snapshot share this API.
+  journal  journalctl -o json, NVRM entries only (--grep) and only the fields read (--output-fields) where journalctl
+           knows them. Position {cursor, realtime_us, boot_id, uptime_s}: the next read asks --after-cursor, which
+           spans boots (the rest of the previous boot is read too); a cursor that is gone (journal vacuumed) falls
+           back to its time, and the entries at or before it are skipped.
+  dmesg    the ring buffer of this boot. Position {boot_id, uptime_s, same_stamp_lines}: lines of the same boot at or
+           before the saved stamp were read before. dmesg cannot show the rest of a previous boot: said in a note.
+  file     a saved or rotating log, plain or gzip (by its magic bytes). Position {path, inode, dev, gzip, offset,
+           size, head_bytes, head_sha256}: rotation (the old file is found by its inode and read to its end first),
+           truncation, and a new file with a reused inode number (its first bytes differ) are told apart.
+
+A position is saved per source (save_state: atomic); a state file of another source or format reads as a first run,
+said in a note. Errors that stop a read raise ReadError, whose message names the tool or file, what failed and the fix.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,78 +25,63 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
-import hashlib
 import json
 import os
-import re
-import tempfile
+import shutil
+import time
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log import XidScanner
-from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import is_gzip, open_log
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import (
+    boot_datetime,
+    file_position,
+    is_gzip,
+    journal_record,
+    open_log,
+    read_boot_id,
+    resume,
+    uptime_stamp,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import FileFollower, ProcessLines
+from ansible_collections.kentino.gpufleet.plugins.module_utils.prom_textfile import atomic_write
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool
 
 STATE_VERSION = 1
-_RELATIVE_RE = re.compile(r"^-\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)$", re.I)
-_UNITS_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+SOURCES = ("auto", "journal", "dmesg", "file")
+
+# journalctl filters in C: only NVRM entries (--grep, systemd >= 237 with PCRE2) and only the fields read
+# (--output-fields, systemd >= 236; the cursor, times and _BOOT_ID always come). That keeps a busy boot's kernel log
+# far below the output run_tool keeps, and a flood of other kernel lines costs the watcher nothing. An older journalctl
+# rejects them, naming them in its complaint: ask again without.
+JOURNAL_GREP = "--grep=NVRM"
+JOURNAL_FIELDS = "--output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP"
+JOURNAL_OPTIONAL = ((JOURNAL_GREP, ("grep", "pattern", "pcre")), (JOURNAL_FIELDS, ("output-fields",)))
 
 
 class ReadError(Exception):
-    """A source could not be read: the message names the tool/file, what failed and the fix."""
+    """A source could not be read: the message names the tool/file, what failed and the fix; tool is the run's
+    ToolResult.as_dict() (None for a file)."""
 
     def __init__(self, msg, tool=None):
         super(ReadError, self).__init__(msg)
         self.tool = tool
+        self.notes = []  # what the read had noted before it failed (a source given up for another)
 
 
 def _utcnow():
     return datetime.datetime.now(datetime.timezone.utc)
 
 
-def parse_since(text, now=None):
-    """ISO 8601, @epoch or -2h-style relative time -> aware datetime; ValueError with the accepted forms."""
-    if text is None or str(text).strip() == "":
-        return None
-    text = str(text).strip()
-    now = now or _utcnow()
-    match = _RELATIVE_RE.match(text)
-    if match:
-        return now - datetime.timedelta(seconds=float(match.group(1)) * _UNITS_S[match.group(2).lower()])
-    if text.startswith("@"):
-        return datetime.datetime.fromtimestamp(float(text[1:]), datetime.timezone.utc)
-    iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+def iso_us(realtime_us, default=None):
+    """journald's microseconds since the epoch as ISO 8601 (UTC), or default."""
     try:
-        value = datetime.datetime.fromisoformat(iso)
-    except ValueError:
-        raise ValueError("since=%r is neither ISO 8601 (2024-08-09T13:00:00Z, 2024-08-09) nor relative "
-                         "(-2h, -30m, -1d, -90s, -1w)" % text) from None
-    if value.tzinfo is None:
-        value = value.astimezone()  # a naive time is the node's local time
-    return value
+        return datetime.datetime.fromtimestamp(int(realtime_us) / 1e6, datetime.timezone.utc).isoformat()
+    except (TypeError, ValueError, OverflowError, OSError):
+        return default
 
 
-def _boot_id():
-    """This boot's id in journald's spelling (32 hex digits; /proc writes it as a dashed UUID)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            return fh.read().strip().replace("-", "").lower() or None
-    except (IOError, OSError):
-        return None
-
-
-def _boot_time():
-    try:
-        with open("/proc/stat") as fh:
-            for line in fh:
-                if line.startswith("btime "):
-                    return datetime.datetime.fromtimestamp(int(line.split()[1]), datetime.timezone.utc)
-    except (IOError, OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-# ---- state file ----------------------------------------------------------------------------------------------------
+# ---- the saved position --------------------------------------------------------------------------------------------
 def load_state(path):
-    """(state dict or None, note or None). A missing file is a first run; a corrupt one is ignored, said so."""
+    """(state dict or None, note or None). A missing file is a first read; a corrupt one is ignored, said so."""
     if not path or not os.path.exists(path):
         return None, None
     try:
@@ -98,26 +94,33 @@ def load_state(path):
     return state, None
 
 
-def save_state(path, state):
-    """Write the state atomically: a temp file in the same directory, fsync, rename."""
+def save_state(path, source, position):
+    """Write the position of a read atomically (temp file in the same directory, fsync, rename; mode 0600, the
+    directory created 0700). Raises OSError."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".xid_state.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(state, fh, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.rename(tmp, path)
-    except Exception:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    state = {"version": STATE_VERSION, "source": source, source: position, "saved_at": _utcnow().isoformat()}
+    atomic_write(path, json.dumps(state, sort_keys=True), mode=0o600)
+
+
+def _saved_position(state, source, notes):
+    """The saved position of this source; a state of another source is ignored, said so."""
+    if state is None:
+        return {}
+    if state.get("source") != source:
+        notes.append("state file was written for source %s, not %s: read as a first run" % (state.get("source"), source))
+        return {}
+    return state.get(source) or {}
 
 
 # ---- journal -------------------------------------------------------------------------------------------------------
+def journal_rejected(option, stderr):
+    """Whether journalctl's complaint (stderr) is about this optional option: an older journalctl."""
+    low = (stderr or "").lower()
+    return any(word in low for word in dict(JOURNAL_OPTIONAL)[option])
+
+
 def _journal_failed(res):
     """Why a journalctl run is unusable, or None. 'No entries' with rc 1 (newer systemd) is not a failure."""
     if res.error:
@@ -132,27 +135,20 @@ def _journal_failed(res):
     return None
 
 
-# journalctl filters in C: only NVRM entries (--grep, systemd >= 237) and only the fields we read (--output-fields,
-# systemd >= 236; the cursor, times and _BOOT_ID always come). That keeps a busy boot's kernel log far below the
-# output run_tool keeps. Older journalctl rejects the options: drop them one by one.
-_JOURNAL_EXTRAS = (("--grep=NVRM", ("grep", "pattern", "PCRE")),
-                   ("--output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP", ("output-fields",)))
-
-
-def _run_journalctl(base, window, timeout):
-    extras = [opt for opt, _ in _JOURNAL_EXTRAS]
-    res = run_tool(base + extras + window, timeout)
-    for opt, markers in _JOURNAL_EXTRAS:
-        if res.rc not in (0, None) and not res.timed_out and any(m in (res.stderr or "") for m in markers):
+def _run_journalctl(base, window, timeout_s):
+    extras = [opt for opt, _words in JOURNAL_OPTIONAL]
+    res = run_tool(base + extras + window, timeout_s)
+    for opt, _words in JOURNAL_OPTIONAL:
+        if res.rc not in (0, None) and not res.timed_out and journal_rejected(opt, res.stderr):
             extras.remove(opt)
-            res = run_tool(base + extras + window, timeout)
+            res = run_tool(base + extras + window, timeout_s)
     return res
 
 
-def read_journal(exe, params, state, since, scanner_opts, notes):
-    timeout = params["timeout"]
+def read_journal(exe, prev, since, until, timeout_s, scanner_opts, notes):
+    """(scanner, position, position notes, ToolResult) of one journalctl read after prev (or since, or this boot)."""
     base = [exe, "-o", "json", "--no-pager", "--all"]
-    prev = (state or {}).get("journal") or {}
+    tail = ["--until=@%d" % (int(until) + 1)] if until is not None else []
     position_notes = []
     after_us = None
     after_cursor = None
@@ -163,7 +159,7 @@ def read_journal(exe, params, state, since, scanner_opts, notes):
         window = ["--since=@%d" % int(since.timestamp()), "_TRANSPORT=kernel"]
     else:
         window = ["-k"]  # current boot, kernel transport
-    res = _run_journalctl(base, window, timeout)
+    res = _run_journalctl(base, window + tail, timeout_s)
     failure = _journal_failed(res)
     if failure and prev.get("cursor") and not res.timed_out and not res.error:
         # The cursor points into a rotated/vacuumed journal file: resume from the saved time instead.
@@ -174,8 +170,8 @@ def read_journal(exe, params, state, since, scanner_opts, notes):
         else:
             window = ["-k"]
         position_notes.append("the journal cursor of the last run is gone (%s): read from the saved time %s instead"
-                              % (failure, _iso_us(saved_us) if saved_us else "(none saved: current boot)"))
-        res = _run_journalctl(base, window, timeout)
+                              % (failure, iso_us(saved_us) if saved_us else "(none saved: current boot)"))
+        res = _run_journalctl(base, window + tail, timeout_s)
         failure = _journal_failed(res)
     if failure:
         raise ReadError(failure + ". Fix: run with become: true (the system journal needs root or the "
@@ -201,123 +197,102 @@ def read_journal(exe, params, state, since, scanner_opts, notes):
     return scanner, position, position_notes, res
 
 
-def _iso_us(us):
-    try:
-        return datetime.datetime.fromtimestamp(int(us) / 1e6, datetime.timezone.utc).isoformat()
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None
-
-
 # ---- dmesg ---------------------------------------------------------------------------------------------------------
-_UPTIME_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
+class DmesgCursor:
+    """Where a dmesg read stopped: the boot, the last uptime stamp, and how many lines carried that stamp (several
+    lines can share one). dmesg prints the whole ring buffer each time: fresh() drops what was handed out before."""
+
+    def __init__(self, position=None, boot_id=None, same_boot=None):
+        prev = position or {}
+        if same_boot is None:
+            same_boot = prev.get("uptime_s") is not None and prev.get("boot_id") == boot_id
+        self.boot_id = boot_id
+        self.uptime_s = float(prev["uptime_s"]) if same_boot and prev.get("uptime_s") is not None else None
+        self.same = int(prev.get("same_stamp_lines") or 0) if same_boot else 0
+        self.restart()
+
+    def restart(self):
+        """The ring buffer is printed again (a new read, a restarted dmesg --follow): skip up to the position."""
+        self._skipping = self.uptime_s is not None
+        self._skip_same = self.same
+
+    def fresh(self, lines):
+        """The lines (str or bytes) not handed out before; the position moves past them."""
+        out = []
+        for line in lines:
+            stamp = uptime_stamp(line)
+            if self._skipping:
+                if stamp is None or stamp < self.uptime_s:
+                    continue
+                if stamp == self.uptime_s and self._skip_same > 0:
+                    self._skip_same -= 1
+                    continue
+                self._skipping = False
+            if stamp is not None:
+                if stamp == self.uptime_s:
+                    self.same += 1
+                else:
+                    self.uptime_s, self.same = stamp, 1
+            out.append(line)
+        return out
+
+    def position(self):
+        return {"boot_id": self.boot_id, "uptime_s": self.uptime_s, "same_stamp_lines": self.same}
 
 
-def read_dmesg(exe, params, state, scanner_opts, notes):
-    res = run_tool([exe], params["timeout"])
-    if res.error or res.timed_out or res.rc != 0:
-        err = (res.stderr or "").strip()
-        if res.error:
-            why = res.error
-        elif res.timed_out:
-            why = "dmesg timed out after %.0f s" % res.duration_s
-        else:
-            why = "dmesg exited %s: %s" % (res.rc, err[-300:] or "no message")
-        if "not permitted" in err or "denied" in err.lower():
-            why += (". The kernel restricts the ring buffer to root (kernel.dmesg_restrict=1): run this task with "
-                    "become: true, or set sysctl kernel.dmesg_restrict=0, or use source=journal")
-        raise ReadError(why, res.as_dict())
-    boot_id = _boot_id()
-    prev = (state or {}).get("dmesg") or {}
+def dmesg_failure(res):
+    """Why a dmesg run is unusable, with the fix, or None."""
+    err = (res.stderr or "").strip()
+    if res.error:
+        why = res.error
+    elif res.timed_out:
+        why = "dmesg timed out after %.0f s" % res.duration_s
+    elif res.rc != 0:
+        why = "dmesg exited %s: %s" % (res.rc, err[-300:] or "no message")
+    else:
+        return None
+    if "not permitted" in err or "denied" in err.lower():
+        why += (". The kernel restricts the ring buffer to root (kernel.dmesg_restrict=1): run this task with "
+                "become: true, or set sysctl kernel.dmesg_restrict=0, or use source=journal")
+    return why
+
+
+def read_dmesg(exe, prev, timeout_s, scanner_opts, notes):
+    """(scanner, position, position notes, ToolResult) of one dmesg read after prev."""
+    res = run_tool([exe], timeout_s)
+    failure = dmesg_failure(res)
+    if failure:
+        raise ReadError(failure, res.as_dict())
+    boot_id = read_boot_id()
     lines = res.stdout.splitlines()
-    stamps = []
-    for line in lines:
-        match = _UPTIME_RE.match(line)
-        stamps.append(float(match.group(1)) if match else None)
-    known = [s for s in stamps if s is not None]
-    start = 0
     position_notes = []
+    same_boot = False
     if prev.get("uptime_s") is not None:
         saved_up = float(prev["uptime_s"])
-        same_boot = (prev.get("boot_id") == boot_id) if (prev.get("boot_id") and boot_id) else \
-            (bool(known) and max(known) >= saved_up)
+        known = [s for s in (uptime_stamp(line) for line in lines) if s is not None]
+        if prev.get("boot_id") and boot_id:
+            same_boot = prev["boot_id"] == boot_id
+        else:  # no boot id: a reboot shows as stamps that never reach the saved one
+            same_boot = bool(known) and max(known) >= saved_up
         if not same_boot:
             position_notes.append("rebooted since the last run (boot %s -> %s, uptime reset): dmesg holds only the "
                                   "current boot, so events of the previous boot after uptime %.6f s are not visible "
                                   "here; source=journal reads them" % (prev.get("boot_id"), boot_id, saved_up))
-        else:
-            if known and min(known) > saved_up:
-                position_notes.append("the kernel ring buffer wrapped since the last run: lines logged between "
-                                      "uptime %.6f s and %.6f s are lost" % (saved_up, min(known)))
-            skip_same = int(prev.get("same_stamp_lines") or 0)
-            start = len(lines)
-            for i, stamp in enumerate(stamps):
-                if stamp is None:
-                    continue
-                if stamp < saved_up:
-                    continue
-                if stamp == saved_up and skip_same > 0:
-                    skip_same -= 1
-                    continue
-                start = i
-                break
-    scanner = XidScanner(boot_id=boot_id, boot_time=_boot_time(), **scanner_opts)
-    for line in lines[start:]:
+        elif known and min(known) > saved_up:
+            position_notes.append("the kernel ring buffer wrapped since the last run: lines logged between "
+                                  "uptime %.6f s and %.6f s are lost" % (saved_up, min(known)))
+    cursor = DmesgCursor(prev, boot_id, same_boot=same_boot)
+    scanner = XidScanner(boot_id=boot_id, boot_time=boot_datetime(), **scanner_opts)
+    for line in cursor.fresh(lines):
         scanner.feed_line(line)
-    position = {"boot_id": boot_id, "uptime_s": prev.get("uptime_s") if boot_id == prev.get("boot_id") else None,
-                "same_stamp_lines": prev.get("same_stamp_lines") if boot_id == prev.get("boot_id") else 0}
-    if known:
-        last = known[-1]
-        position = {"boot_id": boot_id, "uptime_s": last, "same_stamp_lines": sum(1 for s in known if s == last)}
-    return scanner, position, position_notes, res
+    return scanner, cursor.position(), position_notes, res
 
 
 # ---- file ----------------------------------------------------------------------------------------------------------
-def _rotated_sibling(path, prev):
-    """The file that was `path` at the last run (kern.log -> kern.log.1), found by its inode."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    base = os.path.basename(path)
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError:
-        return None
-    for name in names:
-        if name == base or not name.startswith(base):
-            continue
-        candidate = os.path.join(directory, name)
-        try:
-            st = os.stat(candidate)
-        except OSError:
-            continue
-        if _same_file(candidate, st, prev):
-            return candidate
-    return None
-
-
-HEAD_BYTES = 512
-
-
-def _head(path, length=HEAD_BYTES):
-    """(bytes hashed, sha256) of the first bytes of a (decompressed) file: tells a new file from a grown one when the
-    filesystem reuses the inode number of a deleted log."""
-    try:
-        with open_log(path) as fh:
-            data = fh.read(length)
-    except (IOError, OSError, EOFError):
-        return 0, None
-    return len(data), hashlib.sha256(data).hexdigest()
-
-
-def _same_file(path, st, prev):
-    if prev.get("inode") != st.st_ino or prev.get("dev") != st.st_dev:
-        return False
-    length, digest = _head(path, int(prev.get("head_bytes") or 0))
-    return prev.get("head_sha256") is None or (length == prev.get("head_bytes") and digest == prev["head_sha256"])
-
-
 def _scan(scanner, fh, consume_tail):
     """Scan a stream: kernel log text with the fast binary search, or saved `journalctl -o json` output line by line.
 
-    Returns the bytes consumed (a half-written last line is left for the next run unless consume_tail)."""
+    Returns the bytes consumed (a half-written last line is left for the next read unless consume_tail)."""
     if fh.peek(64)[:64].lstrip().startswith(b"{"):
         consumed = 0
         for line in fh:
@@ -330,12 +305,9 @@ def _scan(scanner, fh, consume_tail):
     return scanner.scan_binary(fh, consume_partial_tail=consume_tail)
 
 
-def _skip(fh, count):
-    """Move a plain or gzip stream forward by count bytes (GzipFile.seek reads forward; plain files seek)."""
-    fh.seek(count)
-
-
-def read_file(path, params, state, scanner_opts, notes):
+def read_file(path, prev, incremental, scanner_opts, notes):
+    """(scanner, position, position notes, None) of one read of a log file after prev. incremental: a position will
+    be saved, so an unterminated last line (still being written) is left for the next read."""
     if not path:
         raise ReadError("source=file needs path")
     try:
@@ -344,67 +316,31 @@ def read_file(path, params, state, scanner_opts, notes):
     except (IOError, OSError) as exc:
         raise ReadError("cannot read %s: %s. Fix: check the path and run with become: true for system logs"
                         % (path, exc.strerror or exc)) from None
-    prev = (state or {}).get("file") or {}
-    if prev and prev.get("path") != os.path.abspath(path):
+    path = os.path.abspath(path)
+    if prev and prev.get("path") != path:
         notes.append("state file was written for %s, not %s: read from the start" % (prev.get("path"), path))
         prev = {}
     opts = dict(scanner_opts)
     opts["reference"] = datetime.datetime.fromtimestamp(st.st_mtime).astimezone()  # syslog has no year
     scanner = XidScanner(**opts)
-    consume_tail = not params.get("state_file")  # an unterminated last line may still be being written
-    position_notes = []
-    offset = 0
+    offset, old, note = resume(path, st, prev, gz=gz)
+    position_notes = [note] if note else []
     try:
-        if prev:
-            saved_off = int(prev.get("offset") or 0)
-            if prev.get("inode") == st.st_ino and prev.get("dev") == st.st_dev:
-                if st.st_size < int(prev.get("size") or 0) or (not gz and st.st_size < saved_off):
-                    position_notes.append("%s was truncated since the last run (size %s -> %d): read from the start"
-                                          % (path, prev.get("size"), st.st_size))
-                elif not _same_file(path, st, prev):
-                    position_notes.append("%s was replaced since the last run (same inode number, different content): "
-                                          "read from the start; lines logged to the old file after the last run may "
-                                          "be missed" % path)
-                else:
-                    offset = saved_off
-            else:
-                old = _rotated_sibling(path, prev)
-                if old:
-                    position_notes.append("%s was rotated since the last run: read the rest of %s from byte %d, "
-                                          "then %s from the start" % (path, old, saved_off, path))
-                    with open_log(old) as fh:
-                        _skip(fh, saved_off)
-                        _scan(scanner, fh, True)
-                else:
-                    position_notes.append("%s was rotated since the last run and the previous file (inode %s) is "
-                                          "gone: lines logged between the last run and the rotation may be missed"
-                                          % (path, prev.get("inode")))
+        if old:
+            with open_log(old) as fh:
+                fh.seek(int(prev.get("offset") or 0))  # gzip streams seek forward by reading
+                _scan(scanner, fh, True)
         with open_log(path) as fh:
             if offset:
-                _skip(fh, offset)
-            consumed = _scan(scanner, fh, consume_tail)
+                fh.seek(offset)
+            consumed = _scan(scanner, fh, not incremental)
     except (IOError, OSError, EOFError) as exc:
         raise ReadError("cannot read %s: %s. Fix: check the file (a damaged .gz?) and the permissions (become: true)"
                         % (path, exc)) from None
-    head_bytes, head_sha = _head(path)
-    position = {"path": os.path.abspath(path), "inode": st.st_ino, "dev": st.st_dev, "gzip": gz,
-                "offset": offset + consumed, "size": st.st_size, "head_bytes": head_bytes, "head_sha256": head_sha}
-    return scanner, position, position_notes, None
+    return scanner, file_position(path, st, offset + consumed, gzip=gz, size=st.st_size), position_notes, None
 
 
-SOURCES = ("auto", "journal", "dmesg", "file")
-
-
-def _for(state, source, notes):
-    """The part of the saved state for this source; a state of another source is ignored, said so."""
-    if state is None:
-        return None
-    if state.get("source") != source:
-        notes.append("state file was written for source %s, not %s: read as a first run" % (state.get("source"), source))
-        return None
-    return state
-
-
+# ---- one read ------------------------------------------------------------------------------------------------------
 class KernelLogRead:
     """One read of the kernel log: the source read, the scanner fed with it, where the read ended, and notes."""
 
@@ -420,8 +356,7 @@ class KernelLogRead:
 
     def save(self):
         """Save the position to the state file, for the next read to go on from it. Raises OSError."""
-        save_state(self.state_file, {"version": STATE_VERSION, "source": self.source, self.source: self.position,
-                                     "saved_at": _utcnow().isoformat()})
+        save_state(self.state_file, self.source, self.position)
         self.saved = True
 
     def facts(self):
@@ -449,21 +384,29 @@ def read_kernel_log(source="auto", journalctl=None, dmesg=None, path=None, state
 
     source: auto (the journal when journalctl is given and answers, else dmesg), journal, dmesg or file (path: plain
     or gzip). journalctl, dmesg: the tools' paths, None where the node has none. state_file: go on from the position
-    saved there (KernelLogRead.save() writes the new one). since: an aware datetime (events before it are skipped).
-    until is accepted for the API and not used by this one-shot reader. scanner_options: XidScanner's
-    (severity_overrides, max_events).
+    saved there (KernelLogRead.save() writes the new one). since/until: aware datetimes; the journal is asked for that
+    window, and events before since are skipped. scanner_options: XidScanner's (severity_overrides, max_events).
     """
     notes = []
+    try:
+        return _read_once(source, journalctl, dmesg, path, state_file, since, until, timeout_s, scanner_options, notes)
+    except ReadError as exc:
+        exc.notes = notes
+        raise
+
+
+def _read_once(source, journalctl, dmesg, path, state_file, since, until, timeout_s, scanner_options, notes):
     state, note = load_state(state_file)
     if note:
         notes.append(note)
     opts = dict(scanner_options or {})
     opts["since"] = since
-    params = {"timeout": timeout_s, "state_file": state_file}
+    until_s = until.timestamp() if until is not None else None
     if source == "auto":
         if journalctl:
             try:
-                read = read_journal(journalctl, params, _for(state, "journal", notes), since, opts, notes)
+                read = read_journal(journalctl, _saved_position(state, "journal", notes), since, until_s, timeout_s,
+                                    opts, notes)
                 return KernelLogRead("journal", *read, state_file=state_file, notes=notes)
             except ReadError as exc:
                 notes.append("journal not usable (%s): read dmesg instead" % exc)
@@ -473,13 +416,222 @@ def read_kernel_log(source="auto", journalctl=None, dmesg=None, path=None, state
     if source == "journal":
         if not journalctl:
             raise _missing("journalctl", "systemd", "dmesg")
-        read = read_journal(journalctl, params, _for(state, "journal", notes), since, opts, notes)
+        read = read_journal(journalctl, _saved_position(state, "journal", notes), since, until_s, timeout_s, opts,
+                            notes)
     elif source == "dmesg":
         if not dmesg:
             raise _missing("dmesg", "util-linux", "journal")
-        read = read_dmesg(dmesg, params, _for(state, "dmesg", notes), opts, notes)
+        read = read_dmesg(dmesg, _saved_position(state, "dmesg", notes), timeout_s, opts, notes)
     elif source == "file":
-        read = read_file(path, params, _for(state, "file", notes), opts, notes)
+        read = read_file(path, _saved_position(state, "file", notes), bool(state_file), opts, notes)
     else:
         raise ReadError("source must be one of %s, not %r" % (", ".join(SOURCES), source))
     return KernelLogRead(source, *read, state_file=state_file, notes=notes)
+
+
+# ---- following (the XID watcher) -----------------------------------------------------------------------------------
+# A followed source: read(feed) feeds what is new and returns the lines read (0: nothing new, the caller calls wait());
+# position() is what the caller saves to go on after a restart; overlong counts lines cut at the line limit; close().
+class FileSource:
+    """A log file followed by polling (log_follow.FileFollower: rotation, truncation); blocks of whole lines."""
+
+    kind = "file"
+
+    def __init__(self, path, position, poll_s, log, read_bytes):
+        self.log = log
+        self.follower = FileFollower(path, position, read_bytes=read_bytes)
+        self.poll_s = poll_s
+
+    def read(self, feed_block):
+        block, count = self.follower.read_block()
+        while self.follower.notes:
+            self.log(self.follower.notes.pop(0))
+        if block:
+            feed_block(block)
+        return count
+
+    def wait(self):
+        time.sleep(self.poll_s)
+
+    def position(self):
+        return self.follower.position()
+
+    @property
+    def overlong(self):
+        return self.follower.splitter.overlong
+
+    def close(self):
+        self.follower.close()
+
+
+class _ProcessSource:
+    """A following tool (log_follow.ProcessLines), restarted with back-off when it exits."""
+
+    def __init__(self, poll_s, log):
+        self.poll_s = poll_s
+        self.log = log
+        self.proc = None
+        self.backoff_s = 1.0
+        self.restart_at = 0.0
+        self.splitter_overlong = 0
+
+    def _start(self):
+        self.proc = ProcessLines(self.argv())
+
+    def lines(self):
+        now = time.monotonic()
+        if self.proc is None:
+            if now < self.restart_at:
+                time.sleep(min(self.poll_s, self.restart_at - now))
+                return []
+            try:
+                self._start()
+            except OSError as exc:
+                self.log("cannot start %s: %s; retrying in %.0f s" % (self.argv()[0], exc.strerror or exc,
+                                                                        self.backoff_s))
+                self._schedule_restart()
+                return []
+        lines = self.proc.read_lines(self.poll_s)
+        if self.proc.eof:
+            self.splitter_overlong += self.proc.splitter.overlong
+            rc, err = self.proc.returncode, self.proc.stderr_text
+            self.proc.stop()
+            self.proc = None
+            if self.exited(rc, err):
+                self.restart_at = 0.0
+                self.backoff_s = 1.0
+            else:
+                self._schedule_restart()
+        return lines
+
+    def _schedule_restart(self):
+        self.restart_at = time.monotonic() + self.backoff_s
+        self.backoff_s = min(30.0, self.backoff_s * 2)
+
+    @property
+    def overlong(self):
+        return self.splitter_overlong + (self.proc.splitter.overlong if self.proc is not None else 0)
+
+    def wait(self):
+        pass  # read_lines already waited up to poll_s
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+
+class JournalSource(_ProcessSource):
+    """`journalctl --follow -o json` from the saved cursor (all boots after it), else the current boot from its start.
+
+    The scanner is told what was read before (after_cursor; after_realtime_us when the cursor is gone). A journalctl
+    that rejects --grep or --output-fields is asked again without it; without --grep, feed() gets every kernel entry.
+    """
+
+    kind = "journal"
+
+    def __init__(self, exe, matches, grep, position, scanner, poll_s, log):
+        _ProcessSource.__init__(self, poll_s, log)
+        self.scanner = scanner
+        self.exe = shutil.which(exe) or exe
+        self.matches = list(matches)
+        self.use_grep = bool(grep)
+        self.use_fields = True
+        self.pos = dict(position or {})
+        self.mode = "cursor" if self.pos.get("cursor") else "boot"
+        if self.mode == "cursor":
+            scanner.after_cursor = self.pos["cursor"]
+
+    def argv(self):
+        argv = [self.exe, "--follow", "--output=json", "--no-pager", "--all"]
+        if self.use_fields:
+            argv.append(JOURNAL_FIELDS)
+        if self.use_grep:
+            argv.append(JOURNAL_GREP)
+        if self.mode == "cursor" and self.pos.get("cursor"):
+            argv.append("--after-cursor=" + self.pos["cursor"])
+        elif self.mode == "since" and self.pos.get("realtime_us"):
+            argv.append("--since=@%d" % (int(self.pos["realtime_us"]) // 1000000))
+        else:
+            argv.append("--boot=0")
+        # --follow alone shows only the last 10 entries: all of them, from the position chosen above
+        return argv + ["--lines=all"] + self.matches
+
+    def exited(self, rc, err):
+        """Adapt to why journalctl exited. True: restart at once (the arguments changed)."""
+        if self.use_grep and rc != 0 and journal_rejected(JOURNAL_GREP, err):
+            self.use_grep = False
+            self.log("journalctl cannot filter with --grep here (%s): filtering NVRM lines in the watcher" % err[-200:])
+            return True
+        if self.use_fields and rc != 0 and journal_rejected(JOURNAL_FIELDS, err):
+            self.use_fields = False
+            self.log("journalctl does not know --output-fields: reading whole entries")
+            return True
+        if self.mode == "cursor" and rc != 0 and "cursor" in err.lower():
+            saved = self.pos.get("realtime_us")
+            self.mode = "since" if saved else "boot"
+            self.scanner.after_cursor = None
+            if saved:
+                self.scanner.after_realtime_us = int(saved)
+            self.log("the saved journal cursor is gone (%s): resuming from the saved time %s, entries at or before it "
+                     "are skipped" % (err[-200:], iso_us(saved, "(none)")))
+            return True
+        self.log("journalctl exited with status %s%s; restarting in %.0f s"
+                 % (rc, (": " + err[-300:]) if err else "", self.backoff_s))
+        return False
+
+    def read(self, feed_lines):
+        lines = self.lines()
+        if lines:
+            feed_lines(lines)
+            self._advance(lines)
+        return len(lines)
+
+    def _advance(self, lines):
+        """The position after these lines: the newest entry with a cursor (parsed again only for the last lines)."""
+        for line in reversed(lines[-8:]):
+            rec = journal_record(line)
+            if rec.cursor:
+                self.pos = {"cursor": rec.cursor, "realtime_us": rec.realtime_us, "boot_id": rec.boot_id}
+                self.mode = "cursor"
+                return
+
+    def position(self):
+        return dict(self.pos) if self.pos else None
+
+
+class DmesgSource(_ProcessSource):
+    """`dmesg --follow` (the ring buffer of the current boot, then new lines); a DmesgCursor drops what was read
+    before, also when dmesg is restarted and prints the buffer again."""
+
+    kind = "dmesg"
+
+    def __init__(self, exe, position, boot_id, poll_s, log):
+        _ProcessSource.__init__(self, poll_s, log)
+        self.exe = shutil.which(exe) or exe
+        self.cursor = DmesgCursor(position, boot_id)
+
+    def argv(self):
+        return [self.exe, "--follow"]
+
+    def _start(self):
+        _ProcessSource._start(self)
+        self.cursor.restart()
+
+    def exited(self, rc, err):
+        if rc not in (0, None) or err:
+            hint = ""
+            if "not permitted" in err or "denied" in err.lower():
+                hint = " (kernel.dmesg_restrict=1: the watcher's user needs CAP_SYSLOG, or use source journal)"
+            self.log("dmesg exited with status %s: %s%s; restarting in %.0f s" % (rc, err[-300:], hint, self.backoff_s))
+        return False
+
+    def read(self, feed_lines):
+        lines = self.lines()
+        fresh = self.cursor.fresh(lines)
+        if fresh:
+            feed_lines(fresh)
+        return len(lines)
+
+    def position(self):
+        return self.cursor.position()

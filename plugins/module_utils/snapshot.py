@@ -28,18 +28,18 @@ import time
 from ansible_collections.kentino.gpufleet.plugins.module_utils import checkpoint_state, training_env_state
 from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_table import MISSING_MESSAGE, facts, read_table
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import convert_value
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import SAMPLE_SPEC, gpu_problem
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
+    HISTOGRAM_LEVELS,
+    SAMPLE_SPEC,
+    gpu_problem,
+    spec,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
-BANK_LEVELS = ("max", "high", "partial", "low", "none")
-# Fields the GPU table does not ask for, added to its one query.
-EXTRA_SPEC = (
-    ("read_at", ("timestamp",)),
-    ("utilization_gpu_pct", ("utilization.gpu",)),
-    ("clocks_sm_mhz", ("clocks.sm",)),
-    ("clocks_sm_max_mhz", ("clocks.max.sm",)),
-    ("inforom_image", ("inforom.img",)),
-) + tuple(("remap_banks_" + level, ("remapped_rows.histogram." + level,)) for level in BANK_LEVELS)
+BANK_LEVELS = HISTOGRAM_LEVELS
+# Fields the GPU table does not ask for, added to its one query (names from nvidia_smi_query.FIELDS).
+EXTRA_SPEC = spec("read_at", "utilization_gpu_pct", "clocks_sm_mhz", "clocks_sm_max_mhz", "inforom_image",
+                  *("remap_banks_" + level for level in HISTOGRAM_LEVELS))
 SAMPLE_KEYS = tuple(key for key, _names in SAMPLE_SPEC)
 DMI_FILES = ("sys_vendor", "product_name", "product_serial", "board_vendor", "board_name", "board_serial",
              "chassis_serial", "bios_vendor", "bios_version", "bios_date")

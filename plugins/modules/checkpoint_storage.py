@@ -33,15 +33,11 @@ version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: partial
     details: In check mode the write test is not run; space, inodes, the mount and the NVMe health are still checked.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   path:
     description: The checkpoint directory (it must exist; the kentino.gpufleet.training_env role creates it).
@@ -124,17 +120,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: pass, warn, fail, error or skipped.
-  returned: always
-  type: str
-  sample: fail
-reasons:
-  description: One line per finding, naming the path or device and what to do.
-  returned: always
-  type: list
-  elements: str
-  sample: ["/mnt/nvme/ckpt is on a read-only mount (/dev/nvme1n1p1 on /mnt/nvme): check `dmesg` ..."]
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
 evidence:
   description: Raw lines that justify the verdict (the /proc/mounts line, the write error, the health fields).
   returned: always

@@ -30,22 +30,12 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
 attributes:
-  action:
-    support: full
-    details: An action plugin; the module file only documents it.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
   check_mode:
     support: full
     details: Check mode judges and returns the summary without writing files.
-  diff_mode:
-    support: none
   platform:
-    support: full
-    platforms: posix
     details: Runs on the controller; it reads the nodes' results from hostvars.
 options:
   hosts:
@@ -133,6 +123,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - kentino.gpufleet.action_plugin.report_files
 summary:
   description: Fleet counts (nodes, gpus, verdicts, gpu_verdicts, findings by severity, codes, gate).
   returned: always
@@ -157,26 +149,6 @@ config_errors:
   returned: always
   type: list
   elements: str
-run_id:
-  description: This run's id.
-  returned: always
-  type: str
-run_dir:
-  description: Directory the files were written to.
-  returned: when written
-  type: str
-html_path:
-  description: Path of report.html.
-  returned: when written
-  type: str
-md_path:
-  description: Path of report.md.
-  returned: when written
-  type: str
-json_path:
-  description: Path of report.json.
-  returned: when written
-  type: str
 junit_path:
   description: Path of junit.xml.
   returned: when written

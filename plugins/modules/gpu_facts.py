@@ -27,17 +27,12 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
   - kentino.gpufleet.check_common
+  - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.facts
 attributes:
   check_mode:
     support: full
     details: Read-only; check mode runs the same reads.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 options:
   include_processes:
     description:

@@ -31,17 +31,12 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
+  - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.facts
 attributes:
   check_mode:
     support: full
     details: Reads as a normal run does; the XID position is not saved.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 options:
   mode:
     description:
@@ -157,6 +152,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
 mode:
   description: The O(mode) the snapshot ran in.
   returned: always
@@ -227,21 +224,6 @@ nvidia_smi:
   type: dict
 notes:
   description: Remarks (a tool not found, serials needing root, the XID read's notes).
-  returned: always
-  type: list
-  elements: str
-verdict:
-  description: The node's own verdict from the collection's judges with their default thresholds (informational;
-    the fleet report judges again with the inventory's).
-  returned: always
-  type: str
-reasons:
-  description: The findings' messages.
-  returned: always
-  type: list
-  elements: str
-evidence:
-  description: The findings' raw lines.
   returned: always
   type: list
   elements: str

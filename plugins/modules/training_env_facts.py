@@ -28,17 +28,12 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.facts
+  - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.facts
 attributes:
   check_mode:
     support: full
     details: Read-only; check mode runs the same reads.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 options:
   user:
     description: The user that runs training. Default the user running the module. Another user needs root (become).
@@ -98,15 +93,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: V(pass), V(warn), V(fail) or V(error).
-  returned: always
-  type: str
-reasons:
-  description: One line per finding, naming the variable, where it is wrong and how to fix it.
-  returned: always
-  type: list
-  elements: str
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
 evidence:
   description: The NAME=VALUE lines (or their absence) that justify the verdict.
   returned: always
