@@ -38,7 +38,8 @@ def night(day, nodes, gpus, start, rng, leaking):
         rows, xids = [], []
         for g in range(gpus):
             leak = (n, g) in leaking
-            corr = int(40 * 0.143 / 0.2 * (pow(2.718, 0.2 * day) - 1)) if leak else (day // 90)
+            # A leak ramps for four weeks and the card is replaced (its counter capped here) - not exp(day) forever.
+            corr = int(40 * 0.143 / 0.2 * (pow(2.718, 0.2 * min(day, 28)) - 1)) if leak else (day // 90)
             rows.append({"pci": "0000:%02x:00" % (0x18 + g * 0x10), "idx": g, "uuid": "GPU-%04d-%d" % (n, g),
                          "serial": "16540%05d%d" % (n, g), "name": "NVIDIA H100 80GB HBM3", "verdict": "pass", "ts": ts,
                          "temperature_c": 40 + rng.random() * 25, "power_w": 100 + rng.random() * 500,
@@ -48,7 +49,7 @@ def night(day, nodes, gpus, start, rng, leaking):
                          "banks_partial": 0, "banks_low": 0, "banks_none": 0, "pcie_replays": rng.randrange(3),
                          "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16, "vbios":
                          "96.00.99.00.01", "inforom": "G520.0200.00.05"})
-            if leak and rng.random() < min(1.0, 0.143 * pow(2.718, 0.1 * day) / 4):
+            if leak and rng.random() < min(1.0, 0.143 * pow(2.718, 0.1 * min(day, 28)) / 4):
                 xids.append({"pci": rows[-1]["pci"], "xid": 92, "ts": ts - 3600, "severity": "critical",
                              "digest": "%s-%d-%d" % (host, g, day)})
         out.append({"host": host, "ts": ts, "verdict": "pass", "reachable": 1, "stage": "done", "grp": "h100",

@@ -23,6 +23,8 @@ HOSTS = {"leak01": "ecc_leak_trend", "ok01": "healthy_h100"}
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=20)
+    parser.add_argument("--height", type=int, default=900)
+    parser.add_argument("--reuse", help="a reports directory of an earlier run: only take the screenshot")
     parser.add_argument("out", nargs="?", default=str(REPO / "docs" / "img" / "audit-trend.png"))
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="gpufleet-audit-shot-"))
@@ -35,7 +37,7 @@ def main(argv=None):
                GPUFLEET_SIM_STATE_ROOT=str(root / "state"))
     extra = json.dumps({"gpufleet_report_dir": str(root / "reports"), "gpufleet_fail_on": "never",
                         "gpufleet_audit_dcgm_enabled": False, "gpufleet_checkpoint_path": ""})
-    for day in range(args.days + 1):
+    for day in range(0 if args.reuse is None else args.days + 1, args.days + 1):
         for host, scenario in HOSTS.items():
             subprocess.run([str(REPO / "sim" / "bin" / "gpufleet-sim"), "clock", "--set", str(day)], check=True,
                            capture_output=True, env=dict(env, GPUFLEET_SIM_NODE=host, GPUFLEET_SIM_STATE=str(
@@ -45,13 +47,18 @@ def main(argv=None):
         if proc.returncode != 0:
             raise SystemExit(proc.stdout[-3000:] + proc.stderr[-2000:])
         print("day %d audited" % day, flush=True)
-    html = root / "reports" / "latest" / "report.html"
+    html = Path(args.reuse or root / "reports") / "latest" / "report.html"
+    # The picture is the leaking node's card: a copy of the page with the rest hidden by one added style rule.
+    shot = root / "shot.html"
+    shot.write_text(html.read_text().replace("</head>", "<style>main > *:not(#nodes), #nodes > h2, "
+                                             ".nodecard:not([data-host=leak01]) { display: none !important; }"
+                                             "</style></head>", 1))
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--user-data-dir=%s" % (root / "profile"), "--window-size=1280,1500",
-                    "--screenshot=%s" % out, html.as_uri() + "#node-1"], check=True, capture_output=True)
+                    "--user-data-dir=%s" % (root / "profile"), "--window-size=1280,%d" % args.height,
+                    "--screenshot=%s" % out, shot.as_uri()], check=True, capture_output=True)
     print("wrote %s (report: %s)" % (out, html))
     return 0
 

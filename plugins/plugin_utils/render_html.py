@@ -73,7 +73,7 @@ def _history(node, markup):
         return None
     labels = {str(g["index"]): "GPU %s" % g["index"] for g in node["gpus"]}
     chart = render_svg.line_chart(hist.get("ecc_per_day") or {}, "Corrected ECC errors per day (history)",
-                                  "errors/day", "days before this run", labels=labels)
+                                  "/day", "days before this run", labels=labels)
     return {"ecc_chart": markup(chart) if chart else None, "previous": hist.get("previous"),
             "changes": hist.get("changes") or []}
 

@@ -262,7 +262,7 @@ class History:
                  run.get("verdict"), len(nodes), 1 if run.get("interrupted") else 0, time.time())).lastrowid
             for node in nodes:
                 host_id = self._host_id(node["host"])
-                values = [node.get(c) for c in NODE_COLUMNS]
+                values = [_cell(node.get(c)) for c in NODE_COLUMNS]
                 for i, c in enumerate(NODE_COLUMNS):
                     if c in ("figures", "versions") and values[i] is not None:
                         values[i] = json.dumps(values[i], sort_keys=True)
@@ -277,7 +277,7 @@ class History:
                     gpu_id = ids[ident_of(gpu)]
                     gpu_ids[gpu.get("pci")] = gpu_id
                     rows.append([node_pk, gpu_id, gpu["ts"], gpu.get("idx"), gpu.get("verdict")]
-                                + [gpu.get(c) for c in GPU_COLUMNS])
+                                + [_cell(gpu.get(c)) for c in GPU_COLUMNS])
                 self.db.executemany("INSERT OR REPLACE INTO gpu_runs (node_run, gpu, ts, idx, verdict, %s) VALUES "
                                     "(?, ?, ?, ?, ?, %s)" % (", ".join(GPU_COLUMNS), ", ".join("?" * len(GPU_COLUMNS))),
                                     rows)
@@ -464,6 +464,18 @@ class History:
                 raise HistoryError("export format must be csv or json, got %r" % fmt)
             count += 1
         return count
+
+
+def _cell(value):
+    """A value SQLite can hold: an integer outside 64 bits or a float that is not finite (garbage from a node) is
+    stored as unknown rather than failing the whole run's write."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int) and not -(1 << 63) <= value < (1 << 63):
+        return None
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
 
 
 def ident_of(gpu):
