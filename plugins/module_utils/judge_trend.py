@@ -115,6 +115,19 @@ def _fmt_gap(seconds):
     return "%.0f min" % (seconds / 60.0)
 
 
+def _latched(gpu, code):
+    """The date this GPU was first flagged with `code` in its run of uninterrupted flags up to the previous reading,
+    or None. An accelerating leak stays flagged while it does not slow down: small counts early in a leak would
+    otherwise make the verdict flap from one night to the next."""
+    since = None
+    for sample in reversed((gpu.get("samples") or [])[:-1]):
+        codes = sample.get("codes") if isinstance(sample.get("codes"), str) else ""
+        if code not in codes.split(","):
+            break
+        since = _num(sample.get("ts"))
+    return since
+
+
 def _ecc(gpu, t, now, label, index, pci):
     samples = gpu.get("samples") or []
     keys = _ecc_keys(samples)
@@ -132,10 +145,14 @@ def _ecc(gpu, t, now, label, index, pci):
     replace = ("drain %s and replace the card before an uncorrectable error (XID 48) kills a job: the slow ECC leak; "
                "until then keep jobs on it checkpointing often" % label)
     factor = float(t["gpufleet_trend_acceleration_factor"])
-    if earlier is not None and earlier[0] > 0 and recent[0] >= factor * earlier[0]:
+    latched = _latched(gpu, "ECC_LEAK_ACCELERATING")
+    if earlier is not None and earlier[0] > 0 and (recent[0] >= factor * earlier[0] or (
+            latched is not None and recent[0] >= earlier[0])):
+        still = "; flagged since %s and not slowing down" % _day(latched) if latched is not None and \
+            recent[0] < factor * earlier[0] else ""
         return [finding("fail", "ECC_LEAK_ACCELERATING", "%s corrects %.0f ECC errors/day now, %.1fx the %.1f/day of "
-                        "the %.0f days before: the leak is accelerating" % (
-                            label, recent[0], recent[0] / earlier[0], earlier[0], earlier[1]),
+                        "the %.0f days before: the leak is accelerating%s" % (
+                            label, recent[0], recent[0] / earlier[0], earlier[0], earlier[1], still),
                         replace, evidence, index, pci)]
     return [finding("warn", "ECC_RATE_HIGH", "%s corrects %.0f ECC errors/day (>= %g/day)" % (
         label, recent[0], warn_rate), "watch %s: schedule its replacement if the rate keeps growing (a slow ECC "
@@ -158,15 +175,18 @@ def _xid92(gpu, t, now, label, index, pci):
         return []
     recent_rate, earlier_rate = recent_n / recent_days, earlier_n / earlier_days
     factor = float(t["gpufleet_trend_acceleration_factor"])
-    if recent_rate < factor * earlier_rate:
+    latched = _latched(gpu, "XID92_ACCELERATING")
+    if recent_rate < factor * earlier_rate and (latched is None or recent_rate < earlier_rate):
         return []
+    still = "; flagged since %s and not slowing down" % _day(latched) if latched is not None and \
+        recent_rate < factor * earlier_rate else ""
     gaps = [times[i + 1] - times[i] for i in range(len(times) - 1)]
     evidence = ["XID 92 at %s" % ", ".join(_day(x) for x in times[-8:]),
                 "gaps between them: %s" % ", ".join(_fmt_gap(g) for g in gaps[-8:])]
     return [finding("fail", "XID92_ACCELERATING", "%s logs XID 92 (excessive single-bit ECC rate) %.1f times/day now, "
-                    "%.1fx the %.2f/day of the %.0f days before (%d events in all): the slow ECC leak" % (
+                    "%.1fx the %.2f/day of the %.0f days before (%d events in all): the slow ECC leak%s" % (
                         label, recent_rate, recent_rate / earlier_rate if earlier_rate else 0.0, earlier_rate,
-                        earlier_days, len(times)),
+                        earlier_days, len(times), still),
                     "drain %s and replace the card before XID 48 (an uncorrectable error) kills a job" % label,
                     evidence, index, pci)]
 

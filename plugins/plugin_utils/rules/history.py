@@ -79,12 +79,9 @@ def _trend_input(history, node, rec, t):
                 events.setdefault(event["digest"], event["ts"])
         gpus.append({"index": row.get("idx"), "pci": row["pci"], "uuid": row.get("uuid"),
                      "samples": past + [row], "xid92_ts": sorted(events.values())})
-    result = {"now_ts": now, "gpus": gpus,
-              "node": {"reachable": bool(node.get("reachable")),
-                       "last_good_ts": history.last_good(rec["host"]) if history else None}}
-    if not node.get("reachable"):
-        result["now_ts"] = rec["ts"]
-    return result
+    return {"now_ts": now, "gpus": gpus,
+            "node": {"reachable": bool(node.get("reachable")),
+                     "last_good_ts": history.last_good(rec["host"]) if history else None}}
 
 
 def _drift_peers(history, records, rec, t):

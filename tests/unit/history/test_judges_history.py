@@ -76,6 +76,27 @@ def test_the_leak_is_caught_early_and_the_factor_decides():
     assert not [c for c, _ in codes(quiet) if c.endswith("ACCELERATING")]
 
 
+def test_an_accelerating_leak_stays_flagged_while_it_does_not_slow_down():
+    # day 14: 3 events in the last 3 days against 2 in the 11 before: 1.0/day vs 0.18/day, accelerating
+    xids = [T0 + d * DAY for d in (3.0, 8.0, 11.5, 12.5, 13.5)]
+    samples = [sample(d) for d in range(15)]
+    assert codes(judge_trend.judge(trend_input(samples, xids), t(), HOST)) == [("XID92_ACCELERATING", 2)]
+    # day 16: 2 in the last 3 days (0.67/day) against 0.31/day before: 2.1x, below the factor of 3 ...
+    later = [sample(d) for d in range(17)]
+    xids16 = xids + [T0 + 15.5 * DAY]
+    assert judge_trend.judge(trend_input(later, xids16), t(), HOST) == []
+    # ... unless the previous nights already flagged it: then it stays flagged, said so
+    for s in later[12:16]:
+        s["codes"] = "ECC_LEAK,XID92_ACCELERATING"
+    (f,) = check_shape(judge_trend.judge(trend_input(later, xids16), t(), HOST))
+    assert f["code"] == "XID92_ACCELERATING" and "flagged since" in f["message"] and "not slowing down" in f["message"]
+    # a leak that slowed below its earlier rate is released
+    calm = [sample(d) for d in range(40)]
+    for s in calm[12:39]:
+        s["codes"] = "XID92_ACCELERATING"
+    assert judge_trend.judge(trend_input(calm, xids + [T0 + 37.5 * DAY]), t(), HOST) == []
+
+
 def test_steady_leak_warns_without_acceleration_and_low_rate_is_silent():
     steady = [sample(d, ecc_corr_agg=100 * d) for d in range(20)]
     assert codes(judge_trend.judge(trend_input(steady), t(), HOST)) == [("ECC_RATE_HIGH", 2)]
