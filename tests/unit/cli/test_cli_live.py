@@ -130,3 +130,36 @@ def test_history_of_a_missing_store_could_not_run(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 3 and "does not exist yet" in proc.stderr
     assert time.time() - started < 60
+
+
+def test_history_of_a_gpu_the_fleet_and_an_export(tmp_path):
+    import subprocess
+
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import FILE_NAME, History
+
+    with History(tmp_path / "history" / FILE_NAME) as history:
+        for day in range(6):
+            ts = 1.8e9 + day * 86400.0
+            history.record({"run_id": "r%d" % day, "playbook": "audit", "ts": ts, "verdict": "pass"}, [{
+                "host": "n1", "ts": ts, "verdict": "warn" if day > 3 else "pass", "reachable": 1, "driver": "570.1",
+                "gpus": [{"pci": "0000:18:00", "idx": 0, "uuid": "GPU-a", "ts": ts, "verdict": "pass",
+                          "ecc_corr_agg": 10 * day * day, "temperature_c": 40 + day, "pcie_replays": 0}],
+                "xids": [], "baselines": [], "doc": None}])
+    base = ["--report-dir", str(tmp_path)]
+    env = dict(os.environ, COLUMNS="200")
+    gpu = subprocess.run(_gpufleet("history", "n1", "--gpu", "0", *base), cwd=REPO, capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert gpu.returncode == 0, gpu.stderr
+    assert "n1 GPU 0  0000:18:00  GPU-a  (6 readings)" in gpu.stdout
+    assert "corrected ECC/day  ▁▂▄▆█" in gpu.stdout  # a gap, then 10, 30, 50, 70, 90 per day
+    node = subprocess.run(_gpufleet("history", "n1", *base), cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert node.returncode == 0 and "r5" in node.stdout and "verdicts ▁▁▁▁██" in node.stdout, node.stdout
+    fleet = subprocess.run(_gpufleet("history", *base), cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    assert fleet.returncode == 0 and "n1" in fleet.stdout
+    out = tmp_path / "n1.json"
+    export = subprocess.run(_gpufleet("history", "n1", "--export", "json", "--out", str(out), *base), cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert export.returncode == 0 and "6 row(s) exported" in export.stderr
+    assert [json.loads(line)["ecc_corr_agg"] for line in out.read_text().splitlines()] == [0, 10, 40, 90, 160, 250]
