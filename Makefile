@@ -20,11 +20,13 @@ MIN_ANSIBLE := ansible-core==2.17.*
 system-deps:
 	hack/system-deps
 
+# setuptools prints its "Editable installation" notice (class InformationOnly: information, not a warning) on every
+# editable install; a filter on that message keeps a clean install quiet without hiding any other warning.
 $(BIN)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.11 found"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
 venv: $(BIN)/.installed

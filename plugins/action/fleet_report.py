@@ -12,10 +12,13 @@ import tempfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.step import HistoryStep
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import read_host
+
+display = Display()
 
 
 def _fallback(doc):
@@ -79,6 +82,7 @@ class ActionModule(ActionBase):
             "summary_md": render_md.summary_table(doc),
             "nodes": {n["host"]: n["verdict"] for n in doc["nodes"]},
             "failing_nodes": summary["gate"]["nodes"],
+            "gate_failed": summary["gate"]["failed"],
             "config_errors": [f["message"] for n in doc["nodes"] for f in n["findings"] if f["code"] == "CONFIG_INVALID"],
         })
         if self._task.check_mode:
@@ -107,12 +111,17 @@ class ActionModule(ActionBase):
                 "latest": written["latest"],
             })
         result["history"] = history.info
+        if args["show_summary"]:
+            display.display("%s\nHTML report: %s" % (result["summary_md"], result.get("html_path") or
+                                                     "not written (check mode)"))
         if summary["gate"]["failed"]:
-            # Short: the summary table (node, verdict, worst finding, action) is shown right after by the playbook.
-            result["failed"] = True
+            # Short: the summary table (node, verdict, worst finding, action) is printed by show_summary.
             result["msg"] = ("check mode, no files written; " if self._task.check_mode else "") + \
-                "gate fail_on=%s: %d of %d node(s) failed it: %s (the summary follows)" % (
+                "gate fail_on=%s: %d of %d node(s) failed it: %s" % (
                 fail_on, len(summary["gate"]["nodes"]), len(doc["nodes"]), ", ".join(summary["gate"]["nodes"]))
+            # With fail_task false the playbook fails in a task of its own: a failed result is printed whole, and
+            # summary_md with it, beside the summary already printed.
+            result["failed"] = bool(args["fail_task"])
         else:
             result.setdefault("msg", "%d node(s) judged: %s" % (len(doc["nodes"]), render_md.counts_line(doc)))
         return result

@@ -31,7 +31,9 @@ class ActionModule(ActionBase):
         for host in args["hosts"]:
             values = read_host(hostvars, host)
             values.pop("ansible_facts", None)
-            for message in run_guard.unknown_variables(host, values, known) + run_guard.type_errors(host, values):
+            site = values.get("gpufleet_site_vars") or []
+            site = set(site) if isinstance(site, list) else set()
+            for message in run_guard.unknown_variables(host, values, known | site) + run_guard.type_errors(host, values):
                 by_problem.setdefault(message.split(": ", 1)[1], []).append(host)
         errors = ["host%s %s: %s" % ("s" if len(hosts) > 1 else "", ", ".join(hosts[:5]) + (
             " and %d more" % (len(hosts) - 5) if len(hosts) > 5 else ""), problem)

@@ -105,6 +105,18 @@ THRESHOLDS = {
     "gpufleet_golden_versions": (
         {}, "str_map", "pinned versions: driver, vbios, dcgm, kernel, bios, inforom -> the exact version required",
         "your qualified software/firmware set"),
+    "gpufleet_nvlink_crc_fail_per_s": (
+        100.0, "number", "NVLink CRC errors per second on one link during the run that fail (any rise below warns)",
+        "NVIDIA DCGM health watch: CRC errors only matter at 100 per second and above (dcgm_gpu_hardware_limits.h)"),
+    "gpufleet_nvlink_replay_recovery_fail": (
+        1, "int", "rise of NVLink replay + recovery errors on one link during the run that fails",
+        "NVIDIA DCGM health watch: any replay or recovery error is a failure"),
+    "gpufleet_nvlink_min_link_speed_gbps": (
+        None, "number", "an NVLink slower than this, GB/s, fails (unset: the node's fastest link of the same GPU model)",
+        "nvidia-smi nvlink -s of a known-good node: H100 SXM 26.562, A100 SXM 25, B200 53.125 per link"),
+    "gpufleet_nvlink_links_per_gpu": (
+        None, "int", "NVLinks each GPU must list (unset: the most any GPU of the same model on the node lists)",
+        "the platform: HGX H100/H200 and B200 have 18 per GPU, HGX A100 12"),
 }
 DEFAULTS = dict((name, spec[0]) for name, spec in THRESHOLDS.items())
 

@@ -32,7 +32,6 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.node_module
 attributes:
   check_mode:

@@ -23,7 +23,8 @@ description:
     interrupted run leaves the previous report intact.
   - Thresholds are inventory variables of each host (per group or host), documented in docs/rules.md; a value of the
     wrong type makes that node V(error) with a message naming the host, the variable and the expected type.
-  - Fails (after writing the report) when any node's verdict is at or above O(fail_on); the message lists the nodes.
+  - Fails (after writing the report) when any node's verdict is at or above O(fail_on), unless O(fail_task=false);
+    the message lists the nodes.
     Nodes that could not be checked (V(error), V(unreachable)) count as V(fail) for the gate.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
@@ -91,6 +92,22 @@ options:
         old ones.
     type: bool
     default: false
+  fail_task:
+    description:
+      - Fail this task (after writing the report) when the gate fails.
+      - The collection's playbooks set it to V(false) and fail in a task of their own with a short message, so the
+        end of a failing run shows the summary table once (a failed task's whole result is printed, and with it
+        RV(summary_md)). RV(gate_failed) says whether the gate failed either way.
+    type: bool
+    default: true
+    version_added: "0.2.0"
+  show_summary:
+    description:
+      - Print the summary (RV(summary_md) and where the HTML report is) as plain text while the task runs, one line
+        per node, whatever the callback's result format (as a result value it would be one long JSON string).
+    type: bool
+    default: false
+    version_added: "0.2.0"
 notes:
   - Run it once, on the controller (C(run_once) or a play on localhost).
   - Needs Jinja2 and jsonschema on the controller (both are dependencies of the project).
@@ -144,6 +161,11 @@ failing_nodes:
   returned: always
   type: list
   elements: str
+gate_failed:
+  description: Whether the gate failed (a node at or above O(fail_on)), also when O(fail_task=false).
+  returned: always
+  type: bool
+  version_added: "0.2.0"
 config_errors:
   description: Inventory threshold variables of the wrong type, one message each naming host, variable and type.
   returned: always
@@ -178,6 +200,8 @@ ARGUMENT_SPEC = dict(
     history_dir=dict(type="path"),
     history_days=dict(type="int", default=400),
     baseline_reset=dict(type="bool", default=False),
+    fail_task=dict(type="bool", default=True),
+    show_summary=dict(type="bool", default=False),
 )
 
 

@@ -23,7 +23,6 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
   - kentino.gpufleet.node_module.tool_check

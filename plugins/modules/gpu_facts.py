@@ -24,15 +24,10 @@ version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
   - kentino.gpufleet.check_common
   - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.read_only
   - kentino.gpufleet.node_module.facts
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; check mode runs the same reads.
 options:
   include_processes:
     description:

@@ -29,12 +29,8 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.node_module
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; check mode runs the same reads.
+  - kentino.gpufleet.node_module.read_only
 options:
   logs:
     description: Log files of the job on this node (paths or globs, plain or gzip), e.g. the files of C(torchrun --tee).

@@ -18,7 +18,6 @@ description:
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.node_module
 options:
   jid:

@@ -39,8 +39,6 @@ version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
   - kentino.gpufleet.node_module
   - kentino.gpufleet.node_module.facts
 attributes:

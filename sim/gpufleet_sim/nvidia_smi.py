@@ -8,6 +8,7 @@ clocks_throttle_reasons.*, "Clocks Throttle Reasons"). An unknown field aborts t
 import sys
 import time
 
+from . import fabric
 from .gpu import View
 
 NA = "[N/A]"
@@ -200,6 +201,7 @@ class Args:
         self.help_query_gpu = False
         self.help_query_apps = False
         self.topo = False
+        self.nvlink = None  # "status" | "errors" | "" (nvlink without a known action)
         self.loop_s = None
         self.bad = None
 
@@ -243,6 +245,12 @@ def parse_args(argv):
             a.topo = True
         elif key == "-m" and a.topo:
             pass
+        elif key == "nvlink":
+            a.nvlink = ""
+        elif key in ("-s", "--status") and a.nvlink is not None:
+            a.nvlink = "status"
+        elif key in ("-e", "--errorcounters") and a.nvlink is not None:
+            a.nvlink = "errors"
         else:
             a.bad = arg
         i += 1
@@ -284,6 +292,8 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
             rc = list_gpus(node, a, out)
         elif a.topo:
             rc = topo(node, out)
+        elif a.nvlink is not None:
+            rc = nvlink(node, a, out, err)
         else:
             rc = table(node, out)
         if a.loop_s is None or rc == EXIT_INVALID_ARG:
@@ -447,6 +457,15 @@ def _gpu_sections(view, g, legacy, display):
         _kv(s, 4, "VBIOS Version", g["vbios"])
         if not legacy:
             _kv(s, 4, "GPU Recovery Action", g.get("recovery_action", "None"))
+            state, status = fabric.fabric_state(view.node, g)
+            _kv(s, 4, "Fabric")
+            _kv(s, 8, "State", state)
+            _kv(s, 8, "Status", status)
+            on_fabric = state != "N/A"
+            _kv(s, 8, "CliqueId", 0 if on_fabric else "N/A")
+            _kv(s, 8, "ClusterUUID", "00000000-0000-0000-0000-000000000000" if on_fabric else "N/A")
+            _kv(s, 8, "Health")
+            _kv(s, 12, "Bandwidth", "Full" if state == "Completed" else "N/A")
         _kv(s, 4, "PCI")
         _kv(s, 8, "Bus", "0x" + g["bus"].upper())
         _kv(s, 8, "Device", "0x00")
@@ -567,7 +586,7 @@ def _gpu_sections(view, g, legacy, display):
 # ---- topo -m, plain table --------------------------------------------------------------------------------------
 def topo(node, out):
     n = len(node.gpus)
-    nvlink = node.model.get("busbw_gbps", 0) > 100
+    up = [fabric.links_up(node, g) for g in node.gpus]
     ul, reset = "\x1b[4m", "\x1b[0m"
     cols = ["GPU%d" % i for i in range(n)] + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
     out.write("\t" + "\t".join(ul + c + reset for c in cols) + "\n")
@@ -576,8 +595,9 @@ def topo(node, out):
         for j in range(n):
             if i == j:
                 cells.append(" X ")
-            elif nvlink:
-                cells.append("NV18")
+            elif up[i] and up[j]:
+                # Bonded links between the pair: through the switches every GPU reaches every peer on all its links.
+                cells.append("NV%d" % min(up[i], up[j]))
             else:
                 cells.append("NODE" if (i < n // 2) == (j < n // 2) else "SYS ")
         numa = 0 if i < n // 2 else 1
@@ -590,6 +610,40 @@ def topo(node, out):
               "  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set "
               "of # NVLinks\n")
     return 0
+
+
+def nvlink(node, a, out, err):
+    """nvlink -s (each link's speed or <inactive>) and nvlink -e (Replay/Recovery/CRC counters), -i selects GPUs."""
+    if a.nvlink not in ("status", "errors"):
+        err.write("Invalid combination of input arguments. Please run 'nvidia-smi nvlink -h' for help.\n")
+        return EXIT_INVALID_ARG
+    view = View(node)
+    rc = 0
+    for g in _select(node, a.ids):
+        if g["index"] in view.lost:
+            out.write(lost_message(g) + "\n")
+            rc = EXIT_GPU_LOST
+            continue
+        out.write("GPU %d: %s (UUID: %s)\n" % (g["index"], g["name"], g["uuid"]))
+        links = fabric.links(node, g)
+        if a.nvlink == "status":
+            if links and fabric.links_up(node, g) == 0 and (node.scen.get("nvlink") or {}).get("gpus", {}).get(
+                    str(g["index"]), {}).get("all_inactive"):
+                out.write("NVML: Unable to retrieve NVLink information as all links are inActive\n")
+                continue
+            for link, speed in links:
+                out.write("\t Link %d: %s\n" % (link, "<inactive>" if speed is None else "%s GB/s" % _speed(speed)))
+        else:
+            for link, values in sorted(fabric.counters(node, view, g).items()):
+                for label in ("Replay Errors", "Recovery Errors", "CRC Errors"):
+                    out.write("\t Link %d: %s: %d\n" % (link, label, values[label]))
+                out.write("\n")
+    return rc
+
+
+def _speed(value):
+    """26.562 -> "26.562", 25.0 -> "25" (as nvidia-smi prints them)."""
+    return ("%.3f" % value).rstrip("0").rstrip(".")
 
 
 def table(node, out):

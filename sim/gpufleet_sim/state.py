@@ -16,7 +16,7 @@ import stat
 import time
 import uuid
 
-from . import klog
+from . import fabric, klog
 from . import scenario as scenario_mod
 
 MARKER = "node.json"
@@ -131,6 +131,7 @@ class Node:
         self._make_checkpoint_dir()
         self._make_home()
         self.write_mounts()
+        fabric.write_platform(self)
         self.write_json(MARKER, info)
         return info
 
