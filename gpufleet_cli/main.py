@@ -1,7 +1,10 @@
-"""gpufleet: run a burn-in, preflight or provisioning through ansible-runner and show the fleet report.
+"""gpufleet: run a burn-in, preflight, audit or provisioning through ansible-runner and show the fleet report.
 
+    gpufleet burn-in|preflight|audit|provision -i INV [-l NODES] [-e ...] [--fail-on-warn]   (live view of the nodes)
+    gpufleet history [NODE [--gpu N]] [--export csv|json]   (the history store: trends, the fleet's summary)
+    gpufleet handover NODE... [--pdf]                       (the customer handover sheet)
     gpufleet run burn_in -i inventories/example [-l gpu-node-01] [-e gpufleet_burn_duration_s=3600] [--check]
-    gpufleet report [reports/latest]
+    gpufleet report [RUN | reports/latest]
     gpufleet abort -i inventories/example [-l gpu-node-01]   (stop what an interrupted run left on the nodes)
     gpufleet postmortem -i inventory -l node01,node02 --logs '/srv/train/logs/*.log' [--since -2h]
     gpufleet postmortem --show [reports/postmortem/latest]
@@ -9,6 +12,8 @@
 `run` is `ansible-playbook` with the collection's configuration (ansible.cfg of this checkout), its events kept by
 ansible-runner under the report directory, and the report table printed at the end. The exit code is the playbook's:
 0 when the gate passed, non-zero when a node failed (gpufleet_fail_on) or could not be reached.
+burn-in, preflight, audit and provision exit 0 pass, 1 warn (with --fail-on-warn), 2 fail, 3 could not run
+(gpufleet_cli/commands.py); so do history and handover (2: a node failing or stale, 3: no usable history).
 """
 
 import argparse
@@ -264,7 +269,11 @@ def main(argv=None):
     abort.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     abort.add_argument("-q", "--quiet", action="store_true")
     rep = sub.add_parser("report", help="show a fleet report as a table")
-    rep.add_argument("path", nargs="?", default="reports/latest")
+    rep.add_argument("path", nargs="?", default="reports/latest", help="a run id, a run directory or report.json")
+    rep.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
+    from gpufleet_cli import commands
+
+    commands.add_parsers(sub, os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     pm = sub.add_parser("postmortem", help="name the rank, node, GPU and reason of a hung training job")
     pm.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
     pm.add_argument("-l", "--limit", help="the job's nodes (localhost is added for the analysis)")
@@ -289,7 +298,20 @@ def main(argv=None):
         return cmd_run(args)
     if args.command == "postmortem":
         return cmd_postmortem(args)
-    report = show_report(args.path)
+    if args.command in commands.RUN_COMMANDS:
+        return commands.cmd_play(args, REPO, show_report)
+    if args.command == "history":
+        return commands.cmd_history(args)
+    if args.command == "handover":
+        return commands.cmd_handover(args)
+    path = Path(args.path)
+    if not path.exists() and (Path(args.report_dir) / args.path).exists():
+        path = Path(args.report_dir) / args.path  # a run id
+    try:
+        report = show_report(path)
+    except (OSError, ValueError, KeyError) as exc:
+        sys.stderr.write("gpufleet: no readable report at %s (%s)\n" % (path, exc))
+        return commands.EXIT_NOT_RUN
     return 2 if report["summary"]["gate"]["failed"] else 0
 
 

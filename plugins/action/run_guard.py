@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.kentino.gpufleet.plugins.action.fleet_report import read_host
 from ansible_collections.kentino.gpufleet.plugins.modules.run_guard import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import run_guard
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import read_host
 
 MAX_ERRORS_SHOWN = 20
 

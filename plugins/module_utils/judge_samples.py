@@ -17,7 +17,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_sample"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "THERMAL_SUSTAINED": ("fail", "seconds above gpufleet_temp_max_c >= gpufleet_temp_sustained_s (from sample times)"),
     "THERMAL_THROTTLE": ("warn", "a thermal throttle reason in samples"),

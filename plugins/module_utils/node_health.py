@@ -37,7 +37,13 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_nvlink
     parse_nvlink_status,
     q_fabric,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
+    HISTOGRAM_LEVELS,
+    IDENTITY,
+    MEMORY_HEALTH,
+    QueryGpu,
+    spec,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import (
     CRITICAL_WARNING_BITS,
     parse_nvme_smart_log,
@@ -48,25 +54,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner impor
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_watcher import ConfigError, load_config
 
 HEALTH_PROM = "gpufleet_health.prom"
-HISTOGRAM_LEVELS = ("max", "high", "partial", "low", "none")
-GPU_SPEC = (
-    ("index", ("index",)),
-    ("pci", ("pci.bus_id",)),
-    ("uuid", ("uuid",)),
-    ("temperature_c", ("temperature.gpu",)),
-    ("ecc_volatile_corrected", ("ecc.errors.corrected.volatile.total",)),
-    ("ecc_volatile_uncorrected", ("ecc.errors.uncorrected.volatile.total",)),
-    ("ecc_aggregate_corrected", ("ecc.errors.corrected.aggregate.total",)),
-    ("ecc_aggregate_uncorrected", ("ecc.errors.uncorrected.aggregate.total",)),
-    ("retired_pages_sbe", ("retired_pages.sbe",)),
-    ("retired_pages_dbe", ("retired_pages.dbe",)),
-    ("retired_pages_pending", ("retired_pages.pending",)),
-    ("remapped_rows_correctable", ("remapped_rows.correctable",)),
-    ("remapped_rows_uncorrectable", ("remapped_rows.uncorrectable",)),
-    ("remapped_rows_pending", ("remapped_rows.pending",)),
-    ("remapped_rows_failure", ("remapped_rows.failure",)),
-    ("throttle_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
-) + tuple(("remap_banks_" + level, ("remapped_rows.histogram." + level,)) for level in HISTOGRAM_LEVELS)
+GPU_SPEC = spec(*IDENTITY + ("temperature_c",) + MEMORY_HEALTH + ("throttle_reasons",)
+                + tuple("remap_banks_" + level for level in HISTOGRAM_LEVELS))
 
 
 class Families:

@@ -31,22 +31,12 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
 attributes:
-  action:
-    support: full
-    details: An action plugin; the module file only documents it.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
   check_mode:
     support: full
     details: Check mode judges and returns the summary without writing files.
-  diff_mode:
-    support: none
   platform:
-    support: full
-    platforms: posix
     details: Runs on the controller; it reads the nodes' results from hostvars.
 options:
   hosts:
@@ -80,6 +70,28 @@ options:
     description: Point O(report_dir)/latest at this run once every file is written.
     type: bool
     default: true
+  history:
+    description:
+      - Judge trends, version drift and baselines from the history store and record this run in it (docs/audit.md).
+        Before the report is built the history is read; after the report files are written the run is recorded. A
+        history that cannot be read or written is said in C(report.json) and the result's RV(history), never a lost
+        report.
+    type: bool
+    default: true
+  history_dir:
+    description:
+      - Directory of the history file (C(gpufleet-history.sqlite3)). Default O(report_dir)/history.
+    type: path
+  history_days:
+    description: Runs older than this many days are removed from the history after each run (0 keeps everything).
+    type: int
+    default: 400
+  baseline_reset:
+    description:
+      - Record this burn-in's figures as the nodes' new baselines (after a repair), instead of comparing with the
+        old ones.
+    type: bool
+    default: false
   fail_task:
     description:
       - Fail this task (after writing the report) when the gate fails.
@@ -128,6 +140,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - kentino.gpufleet.action_plugin.report_files
 summary:
   description: Fleet counts (nodes, gpus, verdicts, gpu_verdicts, findings by severity, codes, gate).
   returned: always
@@ -157,26 +171,6 @@ config_errors:
   returned: always
   type: list
   elements: str
-run_id:
-  description: This run's id.
-  returned: always
-  type: str
-run_dir:
-  description: Directory the files were written to.
-  returned: when written
-  type: str
-html_path:
-  description: Path of report.html.
-  returned: when written
-  type: str
-md_path:
-  description: Path of report.md.
-  returned: when written
-  type: str
-json_path:
-  description: Path of report.json.
-  returned: when written
-  type: str
 junit_path:
   description: Path of junit.xml.
   returned: when written
@@ -185,6 +179,11 @@ latest:
   description: Path of the latest link, when O(latest_link=true).
   returned: when written
   type: str
+history:
+  description: The history step (enabled, path, error, recorded, previous_runs, pruned_runs).
+  returned: always
+  type: dict
+  sample: {enabled: true, path: reports/history/gpufleet-history.sqlite3, error: null, recorded: true}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -197,6 +196,10 @@ ARGUMENT_SPEC = dict(
     fail_on=dict(type="str", choices=["fail", "warn", "never"]),
     started=dict(type="str"),
     latest_link=dict(type="bool", default=True),
+    history=dict(type="bool", default=True),
+    history_dir=dict(type="path"),
+    history_days=dict(type="int", default=400),
+    baseline_reset=dict(type="bool", default=False),
     fail_task=dict(type="bool", default=True),
     show_summary=dict(type="bool", default=False),
 )

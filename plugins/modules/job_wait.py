@@ -31,6 +31,7 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
 options:
   job:
     description:
@@ -65,21 +66,6 @@ options:
   run_id:
     description: The run whose lease to refresh.
     type: str
-attributes:
-  action:
-    support: full
-    details: An action plugin on the controller; the module file only documents it.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Runs as an action plugin on the controller and calls M(kentino.gpufleet.job_status) on the node.
 """

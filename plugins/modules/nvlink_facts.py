@@ -28,20 +28,10 @@ version_added: "0.2.0"
 author:
   - kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
   - kentino.gpufleet.check_common
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; check mode runs the same reads.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    support: full
-    platforms: posix
+  - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.read_only
+  - kentino.gpufleet.node_module.facts
 options:
   gather:
     description:

@@ -29,17 +29,11 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
+  - kentino.gpufleet.node_module.tool_check
 attributes:
   check_mode:
-    support: partial
     details: In check mode torchrun is not started; the result is RV(verdict=skipped).
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   entrypoint:
     description:
@@ -129,16 +123,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: pass, warn, fail, error or skipped.
-  returned: always
-  type: str
-  sample: fail
-reasons:
-  description: One line per finding, naming the rank and GPU and what to do.
-  returned: always
-  type: list
-  elements: str
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
+  - kentino.gpufleet.node_module.tool_result
 evidence:
   description: Raw output lines that justify the verdict (result lines, watchdog lines, the elastic summary).
   returned: always
@@ -203,11 +190,6 @@ leftover_pids_killed:
   returned: always
   type: list
   elements: int
-output_tail:
-  description: Last lines of the combined output, for failures no parser recognised.
-  returned: always
-  type: list
-  elements: str
 notes:
   description: How O(nproc_per_node) was chosen and other context.
   returned: always

@@ -64,6 +64,19 @@ def _busbw_rows(nodes):
     return rows
 
 
+def _history(node, markup):
+    """The trend view of one node: corrected ECC per day per GPU over the history (the curve that shows the slow
+    leak accelerating), the previous run and the changes since. None when the run had no history."""
+    hist = node.get("history")
+    if not hist:
+        return None
+    labels = {str(g["index"]): "GPU %s" % g["index"] for g in node["gpus"]}
+    chart = render_svg.line_chart(hist.get("ecc_per_day") or {}, "Corrected ECC errors per day (history)",
+                                  "/day", "days before this run", labels=labels)
+    return {"ecc_chart": markup(chart) if chart else None, "previous": hist.get("previous"),
+            "changes": hist.get("changes") or []}
+
+
 def render(report):
     env, markup = _environment()
     nodes = report["nodes"]
@@ -79,6 +92,7 @@ def render(report):
         "busbw_rows": _busbw_rows(nodes),
         "timeline": markup(render_svg.xid_timeline(nodes)),
         "charts": {n["host"]: _node_charts(n, markup) for n in nodes},
+        "history": {n["host"]: _history(n, markup) for n in nodes},
         "summary_md": render_md.summary_table(report),
         "times": report_format.run_times(report),
         # {host: {gpu index: the finding that says it is lost}}: such a card shows LOST, never an older figure.

@@ -35,6 +35,10 @@ PLAYBOOK_VARS = {
     "gpufleet_environment": "environment the plays apply on the nodes (the simulated fleet's tools)",
     "gpufleet_ssh_extra_args": "SSH arguments the playbooks use (keepalive so a dead node is noticed)",
     "gpufleet_train_home": "home directory whose login profile the environment check reads (default: the user's)",
+    "gpufleet_history_enabled": "judge trends, drift and baselines from the history and record the run (default true)",
+    "gpufleet_history_dir": "directory of the history file (default <gpufleet_report_dir>/history)",
+    "gpufleet_history_days": "runs older than this many days leave the history (default 400)",
+    "gpufleet_baseline_reset": "record this burn-in's figures as the nodes' new baselines (after a repair)",
     "gpufleet_site_vars": "a site's own variable names that start with gpufleet_ (accepted by this check)",
     "gpufleet_show_summary": "print the report's summary table at the end of the run (default true; the gpufleet "
                              "command prints its own)",

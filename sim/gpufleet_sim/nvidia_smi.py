@@ -81,8 +81,8 @@ def _reason(bit):
 
 # (names: primary first then aliases, unit, getter(view, gpu) -> text, driver generations that know it, help text)
 FIELDS = [
-    (("timestamp",), None, lambda v, g: time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(v.now))
-     + ".%03d" % int((v.now % 1) * 1000), ALL, "The timestamp of when the query was made."),
+    (("timestamp",), None, lambda v, g: time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(v.clock_now))
+     + ".%03d" % int((v.clock_now % 1) * 1000), ALL, "The timestamp of when the query was made."),
     (("driver_version",), None, lambda v, g: v.node.scen["driver"]["version"], ALL,
      "The version of the installed NVIDIA display driver."),
     (("count",), None, lambda v, g: str(len(v.node.gpus)), ALL, "The number of NVIDIA GPUs in the system."),
@@ -98,6 +98,8 @@ FIELDS = [
     (("index",), None, lambda v, g: str(g["index"]), ALL, "Zero based index of the GPU."),
     (("minor_number",), None, lambda v, g: str(g["index"]), ALL, "The minor number for the device."),
     (("vbios_version",), None, lambda v, g: g["vbios"], ALL, "The BIOS of the GPU board."),
+    (("inforom.img", "inforom.image"), None, lambda v, g: g.get("inforom_image") or "G500.0200.00.05", ALL,
+     "Global version of the infoROM image."),
     (("compute_cap",), None, lambda v, g: g["compute_cap"], ALL, "The CUDA Compute Capability."),
     (("persistence_mode",), None, lambda v, g: "Enabled", ALL, "The current persistence mode for the GPU."),
     (("pstate",), None, lambda v, g: v.pstate(g), ALL, "The current performance state for the GPU."),
@@ -419,7 +421,7 @@ def query_tree(node, a, out):
     legacy = node.scen["driver"].get("generation", "current") == "legacy"
     display = set(d.strip().upper() for d in (a.display or "").split(",") if d.strip())
     lines = ["", "==============NVSMI LOG==============", ""]
-    _kv(lines, 0, "Timestamp", time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(view.now)))
+    _kv(lines, 0, "Timestamp", time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(view.clock_now)))
     _kv(lines, 0, "Driver Version", node.scen["driver"]["version"])
     _kv(lines, 0, "CUDA Version", node.scen["driver"]["cuda_version"])
     lines.append("")

@@ -25,6 +25,7 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
     nvlink,
     reach,
     samples,
+    snapshot,
     storage,
     xid,
 )
@@ -42,8 +43,8 @@ _RANK = {v: i for i, v in enumerate(SEVERITY_ORDER)}
 
 # Registered results: gpufleet_result_<module> -> the rules file that judges it. Order matters: the GPU table and
 # the samples come before the checks that name GPUs.
-CHECKS = (("gpu_sample", samples), ("gpu_burn", burn), ("dcgm_diag", dcgm), ("nccl_test", nccl),
-          ("checkpoint_storage", storage), ("training_env_facts", env), ("train_dryrun", dryrun))
+CHECKS = (("health_snapshot", snapshot), ("gpu_sample", samples), ("gpu_burn", burn), ("dcgm_diag", dcgm),
+          ("nccl_test", nccl), ("checkpoint_storage", storage), ("training_env_facts", env), ("train_dryrun", dryrun))
 # Registered results that carry facts judged elsewhere (the GPU table, the XID reads) or the run's own record.
 _OTHER_RESULTS = ("gpu_facts", "xid_facts", "run", "nvlink_facts")
 _FACT_KEYS = ("gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_driver_version", "gpufleet_gpu_problems",
@@ -151,7 +152,10 @@ def evaluate_node(host, hv, in_play_hosts=None):
     lost = xid.lost_entries(xid_reads, problem_sources)
     _guard(node, "xid_facts", lambda: xid.apply(node, xid_reads, problem_sources))
     if facts:
-        _guard(node, "gpu_facts", lambda: health.apply(node, facts, [e.get("pci") for e in lost if e.get("pci")]))
+        # In an audit a busy GPU is production work, not a finding.
+        audit = _mapping(results.get("health_snapshot")).get("mode") == "audit"
+        _guard(node, "gpu_facts", lambda: health.apply(node, facts, [e.get("pci") for e in lost if e.get("pci")],
+                                                       busy_is_finding=not audit))
     # NVLink and fabric (two reads of a facts module, like the XIDs); before the checks: NCCL's reference needs it.
     _guard(node, "nvlink", lambda: nvlink.apply(node, hv))
     # The samples were taken beside a load when the burn did work: a GPU never seen loaded is then unchecked.
