@@ -7,7 +7,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_INJECT_FACT_VARS := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: system-deps venv torch-venv min-venv test test-min lint sanity unit integration test-fleet demo bench clean
+.PHONY: system-deps venv torch-venv min-venv test test-min lint sanity unit integration test-fleet demo bench bench-audit clean
 
 # CPU torch for the real torchrun/gloo dry-run tests. The 2.13.0 CPU wheel is built for Python 3.11 only.
 TORCH_VENV := .venv-torch
@@ -20,11 +20,13 @@ MIN_ANSIBLE := ansible-core==2.17.*
 system-deps:
 	hack/system-deps
 
+# setuptools prints its "Editable installation" notice (class InformationOnly: information, not a warning) on every
+# editable install; a filter on that message keeps a clean install quiet without hiding any other warning.
 $(BIN)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.11 found"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
 venv: $(BIN)/.installed
@@ -79,6 +81,11 @@ demo: venv
 
 bench: venv
 	$(BIN)/python bench/xid_scan.py
+
+# The audit's cost against a naive one-task-per-signal audit (64 simulated nodes), and the history at a year's scale.
+bench-audit: venv
+	$(BIN)/python bench/audit_cost.py --nodes 64
+	$(BIN)/python bench/history_scale.py
 
 clean:
 	rm -rf $(VENV) reports tests/output bench/output .pytest_cache .ruff_cache

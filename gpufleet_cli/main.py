@@ -1,7 +1,10 @@
-"""gpufleet: run a burn-in, preflight or provisioning through ansible-runner and show the fleet report.
+"""gpufleet: run a burn-in, preflight, audit or provisioning through ansible-runner and show the fleet report.
 
+    gpufleet burn-in|preflight|audit|provision -i INV [-l NODES] [-e ...] [--fail-on-warn]   (live view of the nodes)
+    gpufleet history [NODE [--gpu N]] [--export csv|json]   (the history store: trends, the fleet's summary)
+    gpufleet handover NODE... [--pdf]                       (the customer handover sheet)
     gpufleet run burn_in -i inventories/example [-l gpu-node-01] [-e gpufleet_burn_duration_s=3600] [--check]
-    gpufleet report [reports/latest]
+    gpufleet report [RUN | reports/latest]
     gpufleet abort -i inventories/example [-l gpu-node-01]   (stop what an interrupted run left on the nodes)
     gpufleet postmortem -i inventory -l node01,node02 --logs '/srv/train/logs/*.log' [--since -2h]
     gpufleet postmortem --show [reports/postmortem/latest]
@@ -10,6 +13,8 @@
 `run` is `ansible-playbook` with the collection's configuration (ansible.cfg of this checkout), its events kept by
 ansible-runner under the report directory, and the report table printed at the end. The exit code is the playbook's:
 0 when the gate passed, non-zero when a node failed (gpufleet_fail_on) or could not be reached.
+burn-in, preflight, audit and provision exit 0 pass, 1 warn (with --fail-on-warn), 2 fail, 3 could not run
+(gpufleet_cli/commands.py); so do history and handover (2: a node failing or stale, 3: no usable history).
 """
 
 import argparse
@@ -18,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from datetime import UTC
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +68,9 @@ def show_report(path, console=None):
     if path.is_dir():
         path = path / "report.json"
     report = json.loads(path.read_text())
-    table = Table(title="Fleet report %s (%s)" % (report["run_id"], report.get("playbook") or "-"), show_lines=True)
+    table = Table(title="Fleet report %s (%s)%s" % (report["run_id"], report.get("playbook") or "-",
+                                                    " INTERRUPTED" if report.get("interrupted") else ""),
+                  show_lines=True)
     for column in ("node", "verdict", "stage", "worst finding", "action"):
         table.add_column(column, overflow="fold")
     for node in report["nodes"]:
@@ -73,10 +81,29 @@ def show_report(path, console=None):
                       node.get("action") or "-")
     console.print(table)
     gate = report["summary"]["gate"]
-    console.print("Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"]))
-                                              if gate["failed"] else "passed"))
-    console.print("Files: %s" % path.parent)
+    if report.get("interrupted"):
+        console.print("Gate: not applied (the run was interrupted before it finished; rerun for a verdict)",
+                      markup=False)
+    else:
+        console.print("Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"]))
+                                                  if gate["failed"] else "passed"), markup=False)
+    console.print("Run: started %s, finished %s" % (_utc(report.get("started")), _utc(report.get("finished"))),
+                  markup=False)
+    console.print("HTML report: %s" % (path.parent / "report.html"), markup=False)
     return report
+
+
+def _utc(text):
+    """An ISO time of report.json as 'YYYY-mm-dd HH:MM:SS UTC' (as the report pages show it)."""
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return str(text)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def show_postmortem(path, console=None):
@@ -105,15 +132,41 @@ def show_postmortem(path, console=None):
     return doc
 
 
+def _envvars(stream=None):
+    """The environment of the ansible-playbook that ansible-runner starts. It runs in a pseudo-terminal, so Ansible
+    would colour its output even when ours goes to a pipe or a file: no colour codes unless we write to a terminal."""
+    stream = stream or sys.stdout
+    envvars = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INJECT_FACT_VARS": "false"}
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        envvars["ANSIBLE_NOCOLOR"] = "1"
+    return envvars
+
+
+def _printer(quiet, stream=None):
+    """ansible-runner event handler: Ansible's output as it comes, with the pseudo-terminal's CR LF made LF; nothing
+    when quiet. Events are kept in the artifact directory either way."""
+    stream = stream or sys.stdout
+
+    def handle(event):
+        text = event.get("stdout")
+        if text and not quiet:
+            stream.write(text.replace("\r\n", "\n").replace("\r", "\n") + "\n")
+            stream.flush()
+        return True
+
+    return handle
+
+
 def _runner(playbook, args, extra):
     import ansible_runner
 
-    envvars = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INJECT_FACT_VARS": "false"}
+    envvars = _envvars()
     # ansible-runner execs ansible-playbook from PATH: use the one installed beside this Python.
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     with tempfile.TemporaryDirectory(prefix="gpufleet-runner.") as private:
         kwargs = dict(private_data_dir=private, project_dir=str(REPO), playbook=str(REPO / "playbooks" /
-                      (playbook + ".yml")), extravars=extra, envvars=envvars, quiet=args.quiet,
+                      (playbook + ".yml")), extravars=extra, envvars=envvars, quiet=True,
+                      event_handler=_printer(args.quiet),
                       artifact_dir=str(Path(args.report_dir).resolve() / ".runner"))
         if args.inventory:
             kwargs["inventory"] = [str(Path(i).resolve()) for i in args.inventory]
@@ -166,14 +219,20 @@ def cmd_run(args):
     extra = parse_extra(args.extra_vars)
     report_dir = Path(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())))
     report_dir.mkdir(parents=True, exist_ok=True)
-    envvars = {"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INJECT_FACT_VARS": "false"}
+    shows_report = args.playbook in ("burn_in", "preflight") and not args.check
+    if shows_report:
+        # The table is printed below, once: not also by the playbook.
+        extra.setdefault("gpufleet_show_summary", False)
+    envvars = _envvars()
     # ansible-runner execs ansible-playbook from PATH: use the one installed beside this Python.
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     cmdline = " ".join(["--check"] if args.check else [])
+    started = time.time()
     with tempfile.TemporaryDirectory(prefix="gpufleet-runner.") as private:
         kwargs = dict(private_data_dir=private, project_dir=str(REPO), playbook=str(REPO / "playbooks" /
-                      (args.playbook + ".yml")), extravars=extra, envvars=envvars, quiet=args.quiet,
-                      artifact_dir=str(report_dir / ".runner"), rotate_artifacts=KEEP_RUNNER_ARTIFACTS)
+                      (args.playbook + ".yml")), extravars=extra, envvars=envvars, quiet=True,
+                      event_handler=_printer(args.quiet), artifact_dir=str(report_dir / ".runner"),
+                      rotate_artifacts=KEEP_RUNNER_ARTIFACTS)
         if args.inventory:
             kwargs["inventory"] = [str(Path(i).resolve()) for i in args.inventory]
         if args.limit:
@@ -183,8 +242,11 @@ def cmd_run(args):
             kwargs["cmdline"] = cmdline
         result = ansible_runner.run(**kwargs)
     latest = report_dir / "latest" / "report.json"
-    if latest.exists() and args.playbook in ("burn_in", "preflight"):
+    # Only this run's report: an older one under latest (the run stopped before its report) is not shown as new.
+    if shows_report and latest.exists() and latest.stat().st_mtime >= started - 1:
         show_report(latest)
+    elif shows_report:
+        sys.stderr.write("gpufleet: this run wrote no report (see the output above)\n")
     if result.status != "successful":
         sys.stderr.write("gpufleet: %s ended %s (rc %s)\n" % (args.playbook, result.status, result.rc))
     return result.rc if result.rc is not None else 1
@@ -208,7 +270,11 @@ def main(argv=None):
     abort.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     abort.add_argument("-q", "--quiet", action="store_true")
     rep = sub.add_parser("report", help="show a fleet report as a table")
-    rep.add_argument("path", nargs="?", default="reports/latest")
+    rep.add_argument("path", nargs="?", default="reports/latest", help="a run id, a run directory or report.json")
+    rep.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
+    from gpufleet_cli import commands
+
+    commands.add_parsers(sub, os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     pm = sub.add_parser("postmortem", help="name the rank, node, GPU and reason of a hung training job")
     pm.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
     pm.add_argument("-l", "--limit", help="the job's nodes (localhost is added for the analysis)")
@@ -238,7 +304,20 @@ def main(argv=None):
         return cmd_run(args)
     if args.command == "postmortem":
         return cmd_postmortem(args)
-    report = show_report(args.path)
+    if args.command in commands.RUN_COMMANDS:
+        return commands.cmd_play(args, REPO, show_report)
+    if args.command == "history":
+        return commands.cmd_history(args)
+    if args.command == "handover":
+        return commands.cmd_handover(args)
+    path = Path(args.path)
+    if not path.exists() and (Path(args.report_dir) / args.path).exists():
+        path = Path(args.report_dir) / args.path  # a run id
+    try:
+        report = show_report(path)
+    except (OSError, ValueError, KeyError) as exc:
+        sys.stderr.write("gpufleet: no readable report at %s (%s)\n" % (path, exc))
+        return commands.EXIT_NOT_RUN
     return 2 if report["summary"]["gate"]["failed"] else 0
 
 

@@ -216,6 +216,51 @@ groups:
           description: "Under 5% left: the next checkpoint may fail with ENOSPC. Delete old checkpoints or move them to a bigger volume."
           runbook_url: {runbook}#checkpointstoragefull
 
+      - alert: FabricManagerDown
+        expr: |
+          gpufleet_fabric_manager_active == 0
+          or (count by (instance) (gpufleet_gpu_fabric_complete) > 0
+              unless on(instance) gpufleet_fabric_manager_active)
+        for: 2m
+        labels:
+          severity: critical
+        annotations:
+          summary: "{{{{ $labels.instance }}}}: the NVSwitch fabric manager is not running"
+          description: "Without it no GPU registers with the NVLink fabric and every CUDA program fails with error 802 (system not yet initialized). systemctl enable --now nvidia-fabricmanager; journalctl -u nvidia-fabricmanager says why it stopped (a version other than the driver's)."
+          runbook_url: {runbook}#fabricmanagerdown
+
+      - alert: GpuFabricIncomplete
+        expr: |
+          {fabric_incomplete}
+        for: 5m
+        labels:
+          severity: critical
+        annotations:
+          summary: "{{{{ $labels.instance }}}}: {node_gpu} is not registered with the NVLink fabric (state {{{{ $labels.state }}}})"
+          description: "CUDA on this GPU fails with error 802. With the fabric manager running: read its journal for the GPU's NVLink training errors, reset the GPU or reboot."
+          runbook_url: {runbook}#gpufabricincomplete
+
+      - alert: GpuNvlinkDown
+        expr: |
+          {nvlink_down}
+        for: 5m
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{{{ $labels.instance }}}}: {node_gpu} has {{{{ $value }}}} NVLink(s) down"
+          description: "A link that is inactive (or all of a GPU's links): collectives through this GPU slow down. On an HGX: reseat the GPU module, check the baseboard, reboot; RMA the baseboard if it stays down. Ignored while the fabric manager is down (FabricManagerDown explains it)."
+          runbook_url: {runbook}#gpunvlinkdown
+
+      - alert: GpuNvlinkErrorsRising
+        expr: |
+          {nvlink_errors}
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{{{ $labels.instance }}}}: {node_gpu} NVLink {{{{ $labels.link }}}} counted {{{{ $value }}}} {{{{ $labels.type }}}} error(s) in the last hour"
+          description: "Replay or recovery errors (any), or CRC errors above 100 per second (NVIDIA DCGM's limits): a marginal link. Reseat the GPU; RMA the baseboard or GPU if it continues."
+          runbook_url: {runbook}#gpunvlinkerrorsrising
+
       - alert: GpufleetWatcherStale
         expr: |
           time() - gpufleet_watcher_last_update_timestamp_seconds > {stale_s}
@@ -283,6 +328,16 @@ def generate(scrape_interval=DEFAULT_SCRAPE_INTERVAL, node_job=DEFAULT_NODE_JOB)
         xid_critical=_indent(WITH_GPU.format(expr=recent), 10),
         xid_92=_indent(WITH_GPU.format(expr=_indent(xid_92, 2)), 10),
         gpu_lost=_indent(WITH_GPU.format(expr="gpufleet_gpu_lost == 1"), 10),
+        fabric_incomplete=_indent(WITH_GPU.format(expr="gpufleet_gpu_fabric_complete == 0\nand on(instance) "
+                                                        "gpufleet_fabric_manager_active == 1"), 10),
+        # One alert per GPU (not per link); a fabric manager that is down leaves every link down: FabricManagerDown.
+        nvlink_down=_indent(WITH_GPU.format(expr=_indent(
+            "(count by (instance, pci) (gpufleet_nvlink_link_up == 0)\n"
+            " or sum by (instance, pci) (gpufleet_nvlink_gpu_all_links_down == 1))\n"
+            "unless on(instance) (gpufleet_fabric_manager_active == 0)", 2)), 10),
+        nvlink_errors=_indent(WITH_GPU.format(expr=_indent(
+            'increase(gpufleet_nvlink_errors_total{type=~"replay|recovery"}[1h]) > 0\n'
+            'or rate(gpufleet_nvlink_errors_total{type="crc"}[5m]) >= 100', 2)), 10),
         ecc_accel=_indent("\nor ".join(accel), 10),
     )
 

@@ -9,65 +9,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import cadence, render_md, report, run_guard
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.step import HistoryStep
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import read_host
 
-# Only these variables feed the rules: reading every hostvar would template the whole inventory for nothing.
-_PREFIX = "gpufleet_"
-
-
-def _plain(value, depth=0):
-    """Ansible's lazy/tagged containers and unsafe strings -> plain JSON types (the rules and the schema need them)."""
-    if depth > 40:
-        return str(value)
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_plain(v, depth + 1) for v in value]
-    return str(value)
-
-
-def read_host(hostvars, host):
-    """The gpufleet_* variables and gpufleet_* facts of one host as plain data; unreadable values become errors."""
-    try:
-        hv = hostvars[host]
-    except Exception:  # not in the inventory: reported as never reached
-        return {}
-    out = {}
-    try:
-        keys = list(hv.keys())
-    except Exception:
-        keys = []
-    for key in keys:
-        if not isinstance(key, str) or not (key.startswith(_PREFIX) or key == "ansible_facts"):
-            continue
-        try:
-            value = hv[key]
-            if key == "ansible_facts":
-                value = {k: v for k, v in value.items() if str(k).startswith(_PREFIX)}
-            out[key] = _plain(value)
-        except Exception as exc:  # a variable that does not template: keep the run going, show it on the node
-            message = "could not read %s of %s: %s" % (key, host, exc)
-            if key.startswith("gpufleet_result_"):
-                out[key] = {"verdict": "error", "reasons": [message], "evidence": []}
-            else:
-                out.setdefault("gpufleet_result_report_input", {"verdict": "error", "reasons": [], "evidence": []})
-                out["gpufleet_result_report_input"]["reasons"].append(message)
-    return out
+display = Display()
 
 
 def _fallback(doc):
@@ -107,12 +58,21 @@ class ActionModule(ActionBase):
 
         data = {host: read_host(hostvars, host) for host in dict.fromkeys(hosts)}
         nodes = report.evaluate_fleet(list(data), data, play_hosts)
+        report_dir = os.path.expanduser(args["report_dir"])
+        # Trends, drift and baselines from the history (read only here; the run is recorded after the report).
+        history = HistoryStep(args.get("history_dir") or os.path.join(report_dir, "history"), args["history_days"],
+                              args["baseline_reset"], enabled=args["history"] and not self._task.check_mode)
+        history.judge(nodes, data, args.get("playbook"))
         started = args.get("started") or task_vars.get("gpufleet_run_started")
         try:
             doc = report.build_report(nodes, run_id, playbook=args.get("playbook"),
                                       started=str(started) if started else None, fail_on=fail_on)
+            if history.enabled:
+                # Whether the run lands in the history is known only after the report is written: see the result.
+                doc["history"] = {k: v for k, v in history.info.items() if k != "recorded"}
             try:  # the checkpoint plan (docs/training.md): an extra section that must never cost the report
-                doc["cadence"] = cadence.report_section(doc, data)
+                doc["cadence"] = cadence.report_section(
+                    doc, data, history_dir=os.path.dirname(history.path) if history.enabled and history.path else None)
             except Exception as exc:  # noqa: BLE001
                 doc["cadence"] = cadence.error_section(exc)
             report.validate_report(doc)
@@ -127,9 +87,9 @@ class ActionModule(ActionBase):
             "summary_md": render_md.summary_table(doc),
             "nodes": {n["host"]: n["verdict"] for n in doc["nodes"]},
             "failing_nodes": summary["gate"]["nodes"],
+            "gate_failed": summary["gate"]["failed"],
             "config_errors": [f["message"] for n in doc["nodes"] for f in n["findings"] if f["code"] == "CONFIG_INVALID"],
         })
-        report_dir = os.path.expanduser(args["report_dir"])
         if self._task.check_mode:
             result["msg"] = "check mode: report judged, no files written"
         else:
@@ -142,6 +102,9 @@ class ActionModule(ActionBase):
                     "could not write the fleet report under %s: %s. The verdicts are not lost: %s\n%s" % (
                         report_dir, exc, fallback, render_md.summary_table(doc))) from exc
             run_guard.release_lock(report_dir, doc["run_id"])
+            history.record(doc)
+            if history.info["error"]:
+                self._display.warning("gpufleet history: %s (the report is written)" % history.info["error"])
             files = written["files"]
             result.update({
                 "changed": True,
@@ -152,12 +115,18 @@ class ActionModule(ActionBase):
                 "junit_path": files["junit.xml"],
                 "latest": written["latest"],
             })
+        result["history"] = history.info
+        if args["show_summary"]:
+            display.display("%s\nHTML report: %s" % (result["summary_md"], result.get("html_path") or
+                                                     "not written (check mode)"))
         if summary["gate"]["failed"]:
-            # Short: the summary table (node, verdict, worst finding, action) is shown right after by the playbook.
-            result["failed"] = True
+            # Short: the summary table (node, verdict, worst finding, action) is printed by show_summary.
             result["msg"] = ("check mode, no files written; " if self._task.check_mode else "") + \
-                "gate fail_on=%s: %d of %d node(s) failed it: %s (the summary follows)" % (
+                "gate fail_on=%s: %d of %d node(s) failed it: %s" % (
                 fail_on, len(summary["gate"]["nodes"]), len(doc["nodes"]), ", ".join(summary["gate"]["nodes"]))
+            # With fail_task false the playbook fails in a task of its own: a failed result is printed whole, and
+            # summary_md with it, beside the summary already printed.
+            result["failed"] = bool(args["fail_task"])
         else:
             result.setdefault("msg", "%d node(s) judged: %s" % (len(doc["nodes"]), render_md.counts_line(doc)))
         return result

@@ -9,48 +9,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_xid
 from ansible_collections.kentino.gpufleet.plugins.module_utils.job_sources import parse_when
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import resolve
 from ansible_collections.kentino.gpufleet.plugins.modules.job_postmortem import ARGUMENT_SPEC
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import host_value
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import analysis, document
-
-
-def _plain(value, depth=0):
-    """Ansible's lazy/tagged containers and unsafe strings -> plain JSON types."""
-    if depth > 40:
-        return str(value)
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_plain(v, depth + 1) for v in value]
-    return str(value)
-
-
-def _host_value(hostvars, host, name):
-    """A host's variable as plain data; a value that does not template becomes a failed result naming it."""
-    try:
-        hv = hostvars[host]
-    except Exception:
-        return None
-    try:
-        if name not in hv:
-            return None
-        return _plain(hv[name])
-    except Exception as exc:
-        return {"failed": True, "msg": "could not read %s of %s: %s" % (name, host, exc)}
 
 
 class ActionModule(ActionBase):
@@ -75,17 +42,18 @@ class ActionModule(ActionBase):
         if since is not None and until is not None and until < since:
             raise AnsibleActionFail("until (%s) is before since (%s)" % (args["until"], args["since"]))
         hostvars = task_vars.get("hostvars") or {}
-        evidence, rails, visible = {}, {}, {}
+        evidence, thresholds, visible, notes = {}, {}, {}, []
         for host in hosts:
-            evidence[host] = _host_value(hostvars, host, args["evidence_var"])
-            rail = _host_value(hostvars, host, "gpufleet_psu_rails")
-            if isinstance(rail, dict):
-                rails[host] = rail
-            cvd = _host_value(hostvars, host, "gpufleet_cuda_visible_devices")
+            evidence[host] = host_value(hostvars, host, args["evidence_var"])
+            # The XIDs are judged with the node's own thresholds (PSU rails, XID lists, overrides), as in the report.
+            values = {name: host_value(hostvars, host, name) for name in judge_xid.THRESHOLDS}
+            thresholds[host], _sources, errors = resolve(values, host)
+            notes.extend(errors)
+            cvd = host_value(hostvars, host, "gpufleet_cuda_visible_devices")
             if isinstance(cvd, (str, int)):
                 visible[host] = str(cvd)
         outcome = analysis.analyse(evidence, since=since, until=until, world_size=args.get("world_size"),
-                                   pre_s=args["pre_s"], post_s=args["post_s"], psu_rails=rails,
+                                   pre_s=args["pre_s"], post_s=args["post_s"], thresholds=thresholds, notes=notes,
                                    cuda_visible_devices=visible, max_dump_bytes=args["max_dump_bytes"],
                                    max_dump_seconds=args["max_dump_seconds"],
                                    max_memory_bytes=args["max_dump_memory_mb"] * 1024 * 1024, now=now,

@@ -7,6 +7,7 @@ Documentation and the argument_spec live in plugins/modules/job_wait.py.
 
 from __future__ import annotations
 
+import math
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -17,6 +18,33 @@ from ansible_collections.kentino.gpufleet.plugins.modules.job_wait import ARGUME
 display = Display()
 # The envelope the wait adds; the job's own keys (its module result) are returned as they are.
 _WAIT_KEYS = ("waited_s", "polls")
+
+
+def span_text(seconds):
+    """'45 s', '2 min', '2 min 30 s', '1 h 5 min' for a progress line."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return "%d s" % seconds
+    minutes, sec = divmod(seconds, 60)
+    if minutes < 60:
+        return "%d min %d s" % (minutes, sec) if sec else "%d min" % minutes
+    hours, minutes = divmod(minutes, 60)
+    return "%d h %d min" % (hours, minutes) if minutes else "%d h" % hours
+
+
+def progress_line(host, width, label, elapsed_s, planned_s):
+    """One node's progress line. Every node's wait prints at the same whole multiples of progress_every with its
+    name padded to the longest name of the play: the lines of one round read as one aligned block."""
+    if planned_s:
+        if elapsed_s <= planned_s:
+            where = "%s of %s planned (%d%%)" % (span_text(elapsed_s), span_text(planned_s),
+                                                 int(100 * elapsed_s / planned_s))
+        else:
+            where = "%s, %s past the %s planned" % (span_text(elapsed_s), span_text(elapsed_s - planned_s),
+                                                     span_text(planned_s))
+    else:
+        where = span_text(elapsed_s)
+    return "  %-*s  %s running: %s" % (width, host, label, where)
 
 
 class ActionModule(ActionBase):
@@ -35,15 +63,20 @@ class ActionModule(ActionBase):
             return result
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         host = task_vars.get("inventory_hostname", "?")
+        width = max([len(str(h)) for h in task_vars.get("ansible_play_batch") or []] + [len(host)])
+        every = args["progress_every"]
         started = time.monotonic()
-        last_progress = started
+        shown = 0  # rounds of progress_every already printed
         polls = 0
         module_args = {"jid": jid, "_async_dir": async_dir, "wait": args["poll"], "cleanup": True}
         if args["run_id"] and args["state_dir"]:
             module_args.update(run_id=args["run_id"], state_dir=args["state_dir"])
         while True:
             waited = time.monotonic() - started
-            module_args["wait"] = int(max(1, min(args["poll"], args["timeout"] - waited)))
+            wait = min(args["poll"], args["timeout"] - waited)
+            if every:
+                wait = min(wait, (shown + 1) * every - waited)  # back in time for the next progress line
+            module_args["wait"] = int(math.ceil(max(1, wait)))
             answer = self._execute_module(module_name="kentino.gpufleet.job_status", module_args=module_args,
                                           task_vars=task_vars)
             polls += 1
@@ -65,8 +98,6 @@ class ActionModule(ActionBase):
                               msg="%s did not finish within %s s (its own timeout should have ended it: the node "
                                   "may be overloaded)" % (args["label"], args["timeout"]))
                 return result
-            now = time.monotonic()
-            if args["progress_every"] and now - last_progress >= args["progress_every"]:
-                last_progress = now
-                planned = " / %d s planned" % args["planned"] if args["planned"] else ""
-                display.display("  %s: %s running, %d s%s" % (host, args["label"], int(waited), planned))
+            if every and int(waited // every) > shown:
+                shown = int(waited // every)
+                display.display(progress_line(host, width, args["label"], shown * every, args["planned"]))

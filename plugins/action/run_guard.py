@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.kentino.gpufleet.plugins.action.fleet_report import read_host
 from ansible_collections.kentino.gpufleet.plugins.modules.run_guard import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import run_guard
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import read_host
 
 MAX_ERRORS_SHOWN = 20
 
@@ -31,7 +31,9 @@ class ActionModule(ActionBase):
         for host in args["hosts"]:
             values = read_host(hostvars, host)
             values.pop("ansible_facts", None)
-            for message in run_guard.unknown_variables(host, values, known) + run_guard.type_errors(host, values):
+            site = values.get("gpufleet_site_vars") or []
+            site = set(site) if isinstance(site, list) else set()
+            for message in run_guard.unknown_variables(host, values, known | site) + run_guard.type_errors(host, values):
                 by_problem.setdefault(message.split(": ", 1)[1], []).append(host)
         errors = ["host%s %s: %s" % ("s" if len(hosts) > 1 else "", ", ".join(hosts[:5]) + (
             " and %d more" % (len(hosts) - 5) if len(hosts) > 5 else ""), problem)

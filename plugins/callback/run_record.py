@@ -28,8 +28,8 @@ import atexit
 import os
 
 from ansible.plugins.callback import CallbackBase
-from ansible_collections.kentino.gpufleet.plugins.action.fleet_report import _plain
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import plain
 
 _KEEP_REGISTERED = ("gpufleet_xid_before",)
 _ENVELOPE_SKIP = ("invocation", "_ansible_no_log", "_ansible_verbose_always", "stdout_lines", "stderr_lines")
@@ -108,7 +108,7 @@ class CallbackModule(CallbackBase):
         try:
             inventory_host = manager._inventory.get_host(host)
             values = manager.get_vars(host=inventory_host, include_hostvars=False)
-            return {k: _plain(v) for k, v in values.items() if str(k).startswith("gpufleet_")
+            return {k: plain(v) for k, v in values.items() if str(k).startswith("gpufleet_")
                     and not str(k).startswith("gpufleet_result_") and "{{" not in str(v)}
         except Exception:  # best effort: the defaults are used for what cannot be read
             return {}
@@ -127,7 +127,7 @@ class CallbackModule(CallbackBase):
             if host == "localhost":
                 continue
             hv = self._inventory_values(host)
-            hv.update(_plain(recorded))
+            hv.update(plain(recorded))
             if not hv.get("gpufleet_completed"):
                 hv["gpufleet_interrupted"] = True
             data[host] = hv

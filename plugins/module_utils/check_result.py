@@ -20,6 +20,7 @@ import socket
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
 from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
 # Where the validation_tools role installs gpu_burn and all_reduce_perf: the checks look there after PATH.
 TOOL_DIRS = ["/opt/gpufleet/bin"]
@@ -81,3 +82,39 @@ def open_lease(module):
     except (ValueError, OSError) as exc:
         module.fail_json(msg="cannot use the run's lease under %s: %s" % (params["state_dir"], exc))
     return lease
+
+
+class ToolCheck:
+    """The frame of a check module that runs one tool (dcgm_diag, gpu_burn, nccl_test): the run's lease, the tool's
+    lookup (a missing tool is a verdict naming what to install, never a crash), the run under the lease, and the exit
+    with the verdict of the module's judge. The module keeps its options, its argv and its parsing."""
+
+    def __init__(self, module, judge, thresholds=None):
+        self.module = module
+        self.judge = judge
+        self.t = thresholds or {}
+        self.host = node_name()
+        self.lease = open_lease(module)
+
+    def find(self, names, install_hint=VALIDATION_TOOLS_HINT, option="executable"):
+        """(path, None), or (None, why and what to install): the module's `option` when given, else each of the
+        tool's names on PATH and in TOOL_DIRS."""
+        given = self.module.params.get(option) if option else None
+        if given:
+            path = find_tool(self.module, names[0], given, TOOL_DIRS)
+            return (path, None) if path else (None, missing_tool_reason(given, install_hint))
+        for name in names:
+            path = find_tool(self.module, name, None, TOOL_DIRS)
+            if path:
+                return path, None
+        return None, missing_tool_reason(names[0], install_hint)
+
+    def run(self, argv, timeout_s, **kwargs):
+        """(ToolResult, observations {tool, output_tail}) of the tool run under the run's lease."""
+        ran = run_tool(argv, timeout_s, lease=self.lease, **kwargs)
+        tool, tail = tool_section(ran)
+        return ran, {"tool": tool, "output_tail": tail}
+
+    def finish(self, observations, **judge_kwargs):
+        """Exit with the observations and the judge's verdict (thresholds given as the module's options)."""
+        exit_check(self.module, observations, self.judge(observations, self.t, self.host, **judge_kwargs))

@@ -15,13 +15,18 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import base64
+import datetime
 import glob
 import gzip
 import io
 import os
 import re
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import journal_record, open_log
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import (
+    journal_record,
+    open_log,
+    parse_since,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool
 from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import parse_torch_lines
 
@@ -199,34 +204,7 @@ def scan_processes(proc_root="/proc", max_processes=100000):
     return found, denied
 
 
-_RELATIVE = re.compile(r"^-\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)$", re.I)
-_UNIT_S = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
 def parse_when(text, now):
-    """ISO 8601 (a naive time is the node's local time), @epoch, or relative (-2h, -30m, -1d) -> epoch seconds.
-
-    None for an empty value; ValueError naming the accepted forms otherwise."""
-    if text is None or str(text).strip() == "":
-        return None
-    text = str(text).strip()
-    match = _RELATIVE.match(text)
-    if match:
-        return now - float(match.group(1)) * _UNIT_S[match.group(2).lower()]
-    if text.startswith("@"):
-        try:
-            return float(text[1:])
-        except ValueError:
-            pass
-    else:
-        import datetime
-        iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
-        try:
-            value = datetime.datetime.fromisoformat(iso)
-        except ValueError:
-            value = None
-        if value is not None:
-            if value.tzinfo is None:
-                value = value.astimezone()
-            return value.timestamp()
-    raise ValueError("%r is neither ISO 8601 (2024-08-09T13:00:00Z), @epoch nor relative (-2h, -30m, -1d)" % text)
+    """kernel_log_sources.parse_since as epoch seconds (now: epoch seconds); None for an empty value."""
+    value = parse_since(text, datetime.datetime.fromtimestamp(now, datetime.timezone.utc))
+    return value.timestamp() if value is not None else None

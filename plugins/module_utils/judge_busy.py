@@ -16,7 +16,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common impo
 
 CHECK = "gpu_facts"
 
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "GPU_BUSY": ("warn or fail", "a process not in gpufleet_busy_ignore_processes runs on the GPU "
                                  "(severity gpufleet_busy_gpu_severity)"),

@@ -1,7 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """What every check judge does first: a tool that could not run, or a check that was not run; and the door every judge
-goes through, so that a result of the wrong shape is an error finding, never an exception (stdlib only)."""
+goes through, so that a result of the wrong shape is an error finding, never an exception (stdlib only).
+
+A judge module (judge_<check>.py) declares CHECK (the module it judges) and CODES: every finding it can return,
+code -> (severity, what it means). docs/rules.md is generated from the CODES (hack/gen_rules_doc.py)."""
 
 from __future__ import absolute_import, division, print_function
 

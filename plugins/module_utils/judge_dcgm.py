@@ -22,7 +22,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
 CHECK = "dcgm_diag"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "DCGM_NOT_RUN": ("error", "the diag could not run or verified nothing: host engine down, runtime_error, every test "
                               "skipped, or no hardware test at the requested level"),

@@ -12,20 +12,25 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
 import statistics
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door, unreadable
 
 CHECK = "train_dryrun"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "DRYRUN_FAIL": ("fail", "torchrun failed, a rank reported not ok, or ranks printed no result"),
     "DRYRUN_OOM": ("fail", "CUDA out of memory (with the neighbour process when one holds the GPU)"),
     "DRYRUN_NCCL_TIMEOUT": ("fail", "a collective timed out (op, sequence, ranks)"),
     "DRYRUN_CULPRIT": ("fail", "the rank that never arrived at the collective the others wait on"),
     "DRYRUN_SLOW_RANK": ("warn", "a rank slower than gpufleet_dryrun_slow_rank_factor x its peers' median"),
+    "DRYRUN_FABRIC_NOT_READY": ("fail", "CUDA error 802 (system not yet initialized): on an NVSwitch machine the fabric "
+                                        "manager is not running at the driver's version"),
 }
+# CUDA's cudaErrorSystemNotReady (802) as torch, the CUDA runtime and the driver API print it.
+_NOT_READY = re.compile(r"Error 802\b|\(802\)|system not yet initialized|cudaErrorSystemNotReady|"
+                        r"CUDA_ERROR_SYSTEM_NOT_READY", re.I)
 OOM_REMEDIES = (
     "reduce the micro-batch size (or sequence length) per GPU",
     "enable gradient (activation) checkpointing",
@@ -90,6 +95,30 @@ def failure_findings(result, host, severity):
     return out
 
 
+def _texts(result):
+    watchdog = result.get("watchdog") or {}
+    root = watchdog.get("root_cause") or {}
+    texts = list(result.get("output_tail") or []) + list(watchdog.get("evidence") or [])
+    texts.append(str((root.get("exception") or {}).get("message") or ""))
+    for r in result.get("ranks") or []:
+        texts += [str(e) for e in r.get("errors") or []] + [str(r.get("line") or "")]
+    return [x for x in texts if isinstance(x, str)]
+
+
+def fabric_not_ready(result, host, severity="fail"):
+    """[finding] when CUDA failed with error 802: the GPUs are not registered with the NVLink fabric (NVSwitch machine
+    without a running fabric manager at the driver's version)."""
+    lines = [x for x in _texts(result) if _NOT_READY.search(x)]
+    if not lines:
+        return []
+    return [finding(severity, "DRYRUN_FABRIC_NOT_READY", "%s: CUDA could not initialise (error 802, system not yet "
+                    "initialized): the GPUs are not registered with the NVLink fabric" % host,
+                    "start the fabric manager at exactly the driver's version on %s (systemctl enable --now "
+                    "nvidia-fabricmanager; kentino.gpufleet.fabric_manager installs and pins it), wait until every "
+                    "GPU's fabric state is Completed (nvidia-smi -q | grep -A 3 Fabric), then rerun; the nvlink "
+                    "check's FABRIC_* findings say what is wrong" % host, lines[:6])]
+
+
 @judge_door(CHECK)
 def judge(result, t, host):
     """[finding] for one train_dryrun result. Threshold: gpufleet_dryrun_slow_rank_factor."""
@@ -110,10 +139,12 @@ def judge(result, t, host):
     script = "the shipped dry-run script" if result.get("script") == "shipped" else result.get("entrypoint")
     fix = "fix the training entrypoint or its environment on %s" % host
     if rc != 0:
+        out += fabric_not_ready(result, host)
         out.append(finding("fail", "DRYRUN_FAIL", "%s: torchrun exited with rc %s (%s ranks, %s)" % (
             host, rc, result.get("world_size"), script), fix,
             (result.get("watchdog") or {}).get("evidence") or (result.get("output_tail") or [])[-8:]))
         return out + failure_findings(result, host, "fail")
+    out += fabric_not_ready(result, host)
     ranks = result.get("ranks") or []
     for r in ranks:
         if r.get("status") != "pass":

@@ -15,7 +15,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "training_env_facts"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "ENV_MISSING": ("fail", "a variable of gpufleet_env_expected is unset or wrong in the training user's login shell"),
     "ENV_SYSTEMD_MISSING": ("warn", "the login shell has it, systemd services would not"),

@@ -16,7 +16,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
 CHECK = "gpu_burn"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "BURN_NOT_RUN": ("error", "output not recognised, no CUDA, no compare kernel, no progress, unfinished, or a log "
                               "tail whose GPU initialisation is unproven"),

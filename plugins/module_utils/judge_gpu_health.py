@@ -15,7 +15,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_facts"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "GPU_FACTS_UNREADABLE": ("error", "nvidia-smi missing, failing, or printing what is not its output"),
     "GPU_MISSING": ("fail", "fewer GPUs than gpufleet_expected_gpus (or than NVIDIA GPUs on the PCI bus), not lost"),

@@ -16,7 +16,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, fmt_size, judge_door
 
 CHECK = "nccl_test"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "NCCL_FAIL": ("fail", "a `Test CUDA/NCCL failure` line, or a non-zero exit after results"),
     "NCCL_WRONG_VALUES": ("fail", "wrong values, out-of-bounds values or bitwise mismatches: data corrupted between GPUs"),
@@ -40,22 +39,53 @@ REFERENCE_BUSBW_GBPS = {
 }
 
 
-def threshold(gpu_names, t, sources=None):
-    """(min_busbw_gbps or None, where it came from)."""
+# The interconnect each built-in reference was measured on: an SXM figure says nothing about the same GPU model on
+# PCIe (H100 PCIe cards, or an HGX whose fabric is down), and a PCIe figure nothing about an NVSwitch baseboard.
+REFERENCE_TOPOLOGY = {
+    "H200": "nvswitch",
+    "H100": "nvswitch",
+    "A100": "nvswitch",
+    "L40S": "pcie",
+    "RTX 5090": "pcie",
+    "RTX 4090": "pcie",
+}
+
+
+def _split_key(key):
+    """"H100@pcie" -> ("H100", "pcie"); "H100" -> ("H100", None)."""
+    name, sep, topology = str(key).partition("@")
+    return name, (topology.strip().lower() or None) if sep else None
+
+
+def threshold(gpu_names, t, sources=None, topology=None):
+    """(min_busbw_gbps or None, where it came from). topology: the node's interconnect (nvswitch, nvlink, pcie, mixed)
+    or None when unknown; a reference applies only to the interconnect it was measured on (overrides may name one:
+    "H100@pcie"; a key without "@" applies to any)."""
     sources = sources or {}
     explicit = t.get("gpufleet_nccl_min_busbw_gbps")
     if explicit is not None:
         return float(explicit), sources.get("gpufleet_nccl_min_busbw_gbps", "gpufleet_nccl_min_busbw_gbps")
-    table = dict(REFERENCE_BUSBW_GBPS)
     overrides = t.get("gpufleet_nccl_reference_busbw_gbps") or {}
-    table.update(overrides)
     fraction = t.get("gpufleet_nccl_min_busbw_fraction") or 0.7
     names = [n for n in gpu_names if n]
-    for key in sorted(table, key=len, reverse=True):
-        if any(key.lower() in name.lower() for name in names):
-            where = "gpufleet_nccl_reference_busbw_gbps" if key in overrides else "built-in"
-            return round(table[key] * fraction, 2), "%s reference for %s (%g GB/s) x %g" % (
-                where, key, table[key], fraction)
+    table = dict((key, (value, REFERENCE_TOPOLOGY.get(key), "built-in")) for key, value in REFERENCE_BUSBW_GBPS.items())
+    table.update((key, (value, _split_key(key)[1], "gpufleet_nccl_reference_busbw_gbps"))
+                 for key, value in overrides.items())
+    mismatch = None
+    for key in sorted(table, key=lambda k: len(_split_key(k)[0]), reverse=True):
+        value, measured_on, where = table[key]
+        name = _split_key(key)[0]
+        if not any(name.lower() in gpu.lower() for gpu in names):
+            continue
+        if topology and measured_on and measured_on != topology:
+            mismatch = mismatch or (key, value, measured_on)
+            continue
+        on = " on %s" % measured_on if topology and measured_on else ""
+        return round(value * fraction, 2), "%s reference for %s%s (%g GB/s) x %g" % (where, name, on, value, fraction)
+    if mismatch:
+        return None, ("the %s reference (%g GB/s) is for %s machines, this node's GPUs talk over %s: set "
+                      "gpufleet_nccl_min_busbw_gbps, or gpufleet_nccl_reference_busbw_gbps {'%s@%s': <GB/s>}" % (
+                          mismatch[0], mismatch[1], mismatch[2], topology, _split_key(mismatch[0])[0], topology))
     return None, "no reference for %s: set gpufleet_nccl_min_busbw_gbps for this group" % (
         names[0] if names else "an unknown GPU")
 
@@ -73,7 +103,7 @@ def _next_step_exceeds(result, largest):
 
 
 @judge_door(CHECK)
-def judge(result, t, host, gpu_names=None, sources=None):
+def judge(result, t, host, gpu_names=None, sources=None, topology=None):
     """[finding] for one nccl_test result. gpu_names: the node's GPU models (else those in the tool's header)."""
     out = could_not_run(result, CHECK, host)
     if out or result.get("not_run"):
@@ -114,14 +144,14 @@ def judge(result, t, host, gpu_names=None, sources=None):
                            ["# Bitwise mismatches : %s" % result["bitwise_mismatches"]]))
     if failures or rc not in (0, None):
         return out  # a failed run's bandwidth and truncation are consequences, not findings of their own
-    out.extend(_bandwidth(result, rows, t, host, gpu_names, sources))
+    out.extend(_bandwidth(result, rows, t, host, gpu_names, sources, topology))
     return out
 
 
-def _bandwidth(result, rows, t, host, gpu_names, sources):
+def _bandwidth(result, rows, t, host, gpu_names, sources, topology=None):
     out = []
     names = list(gpu_names or []) or [g.get("name") for g in result.get("gpus") or [] if g.get("name")]
-    floor, where = threshold(names, t, sources)
+    floor, where = threshold(names, t, sources, topology)
     peak = result.get("peak_busbw_gbps")
     largest = result.get("largest_size_bytes")
     largest_lines = [_line(r) for r in rows if r.get("size_bytes") == largest]
@@ -163,9 +193,12 @@ def _no_figures():
 
 
 @judge_door(CHECK, empty=_no_figures)
-def figures(result, t, gpu_names=None, sources=None):
+def figures(result, t, gpu_names=None, sources=None, topology=None):
     """The figures the report shows beside the verdict: measured, threshold and where it came from."""
     names = list(gpu_names or []) or [g.get("name") for g in result.get("gpus") or [] if g.get("name")]
-    floor, where = threshold(names, t, sources)
-    return {"busbw_gbps": result.get("peak_busbw_gbps"), "min_busbw_gbps": floor, "threshold_source": where,
-            "avg_busbw_gbps": result.get("avg_busbw_gbps"), "largest_size_bytes": result.get("largest_size_bytes")}
+    floor, where = threshold(names, t, sources, topology)
+    out = {"busbw_gbps": result.get("peak_busbw_gbps"), "min_busbw_gbps": floor, "threshold_source": where,
+           "avg_busbw_gbps": result.get("avg_busbw_gbps"), "largest_size_bytes": result.get("largest_size_bytes")}
+    if topology:
+        out["interconnect"] = topology
+    return out

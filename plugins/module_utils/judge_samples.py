@@ -17,13 +17,14 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_sample"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "THERMAL_SUSTAINED": ("fail", "seconds above gpufleet_temp_max_c >= gpufleet_temp_sustained_s (from sample times)"),
     "THERMAL_THROTTLE": ("warn", "a thermal throttle reason in samples"),
     "PCIE_DEGRADED": ("fail", "the best PCIe gen/width seen under load is below the GPU's maximum"),
     "ECC_CORRECTED_RISING": ("warn", "volatile corrected ECC rose during the run"),
     "SAMPLES_MISSING": ("error", "no sample at all: temperature and link under load were not checked"),
+    "SAMPLES_NOT_UNDER_LOAD": ("error", "a load ran (the burn) but no sample caught a GPU loaded: its PCIe link under "
+                                        "load was not checked"),
 }
 MAX_SERIES_POINTS = 240
 _LINE_KEYS = ("temperature_c", "utilization_gpu_pct", "power_w", "pcie_gen_current", "pcie_width_current",
@@ -116,8 +117,9 @@ def figures(result, t):
 
 
 @judge_door(CHECK)
-def judge(result, t, host):
-    """[finding] for one gpu_sample result."""
+def judge(result, t, host, loaded_expected=False):
+    """[finding] for one gpu_sample result. loaded_expected: a load ran beside the sampling (the burn did work), so a
+    GPU never seen loaded is a check that did not happen, not a pass."""
     out = []
     rows_by_gpu = per_gpu_rows(result)
     per, _series = figures(result, t)
@@ -148,6 +150,12 @@ def judge(result, t, host):
                                "samples)" % (label, gen or "?", width or "?", gen_max, width_max, len(loaded)),
                                "reseat or replace the riser of %s, or move the card to another slot; check the slot's "
                                "BIOS link setting" % label, [_line(r) for r in loaded[:5]], index, pci))
+        if loaded_expected and not fig["loaded_samples"]:
+            out.append(finding("error", "SAMPLES_NOT_UNDER_LOAD", "%s: none of its %d nvidia-smi samples was taken "
+                               "while the burn loaded it: its PCIe link and temperature under load were not checked"
+                               % (label, fig["samples"]),
+                               "rerun the burn-in on %s (a longer gpufleet_burn_duration_s or a shorter "
+                               "gpufleet_sample_interval_s)" % host, [_line(r) for r in rows[-2:]], index, pci))
         first, last = fig["ecc_corrected_first"], fig["ecc_corrected_last"]
         if first is not None and last - first >= t["gpufleet_ecc_corrected_rise"]:
             out.append(finding("warn", "ECC_CORRECTED_RISING", "%s volatile corrected ECC rose from %d to %d during "

@@ -17,7 +17,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common impo
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import assess_health
 
 CHECK = "checkpoint_storage"
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "STORAGE_FAIL": ("fail", "missing or read-only path, not writable, full, out of inodes, a write that failed or did "
                              "not read back, or an NVMe that is read-only/degraded/failing; the message says which"),

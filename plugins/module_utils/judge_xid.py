@@ -21,6 +21,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normal
 
 CHECK = "xid_facts"
 MAX_TIMELINE = 300
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads.
+THRESHOLDS = ("gpufleet_lost_xids", "gpufleet_rma_xids", "gpufleet_ecc_leak_xids", "gpufleet_xid_severity_overrides",
+              "gpufleet_psu_rails", "gpufleet_psu_loss_window_s")
 
 BUCKET_WORDS = {
     "RESTART_APP": "restart the application; the GPU is fine unless it repeats",
@@ -34,7 +37,6 @@ BUCKET_WORDS = {
     "WORKFLOW_NVLINK_ERR": "reset the GPU and check the NVLink/NVSwitch fabric",
 }
 
-# Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "GPU_LOST": ("fail", "fell off the bus: XID 79, a lost-GPU line without an Xid, or nvidia-smi/the sampler/the burn "
                          "saying the GPU is lost"),
@@ -134,7 +136,8 @@ def _classify(event, gpus, overrides, t, tracker, timeline, rma, leak, other):
     index = gpus.get(pci) if pci else None
     when = event_time(event)
     line = str(event.get("line") or "XID %s at %s" % (code, pci))
-    level, basis = xid_policy.severity(code, event.get("details"), event.get("correlated_with"), overrides)
+    level, basis = xid_policy.severity(code, event.get("details"), event.get("correlated_with"), overrides,
+                                       synthetic=event.get("synthetic") is True)
     timeline.append({"time_s": when, "xid": code, "gpu": index, "pci": pci, "severity": level,
                      "message": line[:300]})
     if event.get("counted") is False:  # a consequence of another event (XID 45 after 79): timeline only
@@ -259,7 +262,8 @@ def _rails(lost, t, host):
             how = "within %.3f s" % span if span is not None else "in the same run"
             out.append(finding("fail", "PSU_RAIL_LOSS", "%s: GPUs %s (PSU %s rail%s) were lost together %s" % (
                 host, ", ".join(map(str, indices)), rail, ", the whole rail" if whole else "", how),
-                "replace/check PSU %s on %s; split rails are not redundancy (use 1+1 hot-swap PSUs)" % (rail, host),
+                "replace/check PSU %s on %s (rail %s: GPUs %s); split rails are not redundancy (use 1+1 hot-swap "
+                "PSUs)" % (rail, host, rail, ", ".join(str(m) for m in members)),
                 [line for e in on_rail for line in e["evidence"]]))
             psu_of.update((i, rail) for i in indices)
     if not rails:

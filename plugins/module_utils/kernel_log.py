@@ -38,9 +38,10 @@ __metaclass__ = type
 import datetime
 import re
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils import xid_policy
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import journal_record, split_prefix
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
-from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES, lookup
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import lookup
 
 BURST_WINDOW_S = 2.0
 CORRELATE_WINDOW_S = 30.0
@@ -62,8 +63,6 @@ RECOVERY_ACTIONS = {
     6: "bus_reset",
     7: "system_reboot",
 }
-# A 154 is as serious as what the driver now asks for: nothing, draining P2P, or taking the GPU/node down.
-_RECOVERY_SEVERITY = {0: "info", 3: "warning"}
 NVLINK5_CODES = frozenset(range(144, 151))
 
 _XID_RE = re.compile(
@@ -97,13 +96,6 @@ _BODY_INSTANCE_RE = re.compile(r"\bG(?:PU|SP)(\d+)\b")  # "... RPC response from
 _INIT_FAILED_RE = re.compile(r"RmInitAdapter failed!\s*(?:\((?P<code>[^)]*)\))?")
 _INIT_MINOR_RE = re.compile(r"rm_init_adapter(?:\((?P<paren>\d+)\))? failed(?:.*?minor number (?P<minor>\d+))?")
 MAX_INIT_FAILURES = 64
-
-
-def _rank(severity):
-    try:
-        return SEVERITIES.index(severity)
-    except ValueError:
-        return -1
 
 
 def _iso(dt):
@@ -575,7 +567,6 @@ class XidScanner:
             self._last_event = last
             return
         info = lookup(fields["xid"])
-        severity, basis = self._severity(fields, info)
         self.seq += 1
         event = {
             "xid": fields["xid"],
@@ -589,8 +580,8 @@ class XidScanner:
             "mnemonic": info["mnemonic"],
             "description": info["description"],
             "action": info["action"],
-            "severity": severity,
-            "severity_basis": basis,
+            "severity": None,
+            "severity_basis": None,
             "time": _iso(time),
             "uptime_s": uptime_s,
             "boot_id": boot_id,
@@ -611,24 +602,10 @@ class XidScanner:
         }
         if fields["xid"] == 45:
             self._correlate_45(event)
+        # One policy (xid_policy): the fleet report recomputes the same severity from the same event.
+        event["severity"], event["severity_basis"] = xid_policy.severity(
+            event["xid"], event["details"], event["correlated_with"], self.overrides)
         self._add(event)
-
-    def _severity(self, fields, info):
-        xid = fields["xid"]
-        severity, basis = info["severity"], info["severity_basis"]
-        details = fields["details"]
-        if "nvlink" in details:
-            if details["nvlink"]["fatal"]:
-                severity, basis = "critical", "NVLink5 %s Fatal" % details["nvlink"]["unit"]
-            else:
-                severity, basis = "warning", "NVLink5 %s Nonfatal" % details["nvlink"]["unit"]
-        elif "recovery_action_to" in details:
-            code = details["recovery_action_to"]["code"]
-            severity = _RECOVERY_SEVERITY.get(code, "critical")
-            basis = "recovery action now %s" % details["recovery_action_to"]["name"]
-        if xid in self.overrides:
-            severity, basis = self.overrides[xid], "severity_overrides"
-        return severity, basis
 
     def _correlate_45(self, event):
         cause = event["details"].get("caused_by_xid")
@@ -640,11 +617,7 @@ class XidScanner:
                     continue
             event["counted"] = False
             event["correlated_with"] = {"xid": prior["xid"], "line": prior["line"]}
-            if 45 not in self.overrides:
-                event["severity"], event["severity_basis"] = "info", "follows Xid %d on the same GPU" % prior["xid"]
             return
-        if 45 not in self.overrides:
-            event["severity"], event["severity_basis"] = "warning", "solo Xid 45: no earlier Xid on this GPU in the read"
 
     @staticmethod
     def _event_when(event):
@@ -682,6 +655,42 @@ class XidScanner:
         self.counts_by_severity[event["severity"]] = self.counts_by_severity.get(event["severity"], 0) + 1
 
     # ---- output ---------------------------------------------------------------------------------------------
+    def _public(self, event):
+        out = {k: v for k, v in event.items() if not k.startswith("_")}
+        ids = self.gpu_ids.get(event["pci"]) or {}
+        out["uuid"], out["serial"] = ids.get("uuid"), ids.get("serial")
+        return out
+
+    def take_new(self):
+        """What was found since the previous call, for a reader that never stops (the XID watcher); result() is for
+        one read. Returns {"events": new events oldest first (result()'s keys plus epoch_s, the time of the event's
+        latest line), "lost": [{pci, epoch_s, boot_id, line, evidence}] of GPUs newly reported fallen off the bus
+        (with or without an Xid line), "unparsed": {reason: lines}, "events_dropped": events beyond max_events}.
+
+        What is handed out is forgotten, and so are the per-read tallies of result()'s summary: months of following
+        keep memory bounded. Bursts and XID 45 correlation still see the recent events (a burst continued in a later
+        read is folded into its event, not counted again). A GPU reported lost again is handed out again: the caller
+        decides what one loss is (the watcher counts one per GPU and boot).
+        """
+        events = []
+        for event in self.events:
+            out = self._public(event)
+            out["epoch_s"] = event["_t_epoch"]
+            events.append(out)
+        lost = [{"pci": pci, "epoch_s": _epoch(item["time"]), "boot_id": item["boot_id"], "line": item["line"],
+                 "evidence": list(item["evidence"])}
+                for pci, item in sorted(self.lost.items(), key=lambda kv: kv[1]["seq"])]
+        taken = {"events": events, "lost": lost, "unparsed": dict(self.unparsed_reasons),
+                 "events_dropped": self.dropped}
+        del self.events[:]
+        self.lost.clear()
+        self.unparsed_reasons.clear()
+        self.dropped = 0
+        self.counts_by_code.clear()
+        self.counts_by_pci.clear()
+        self.counts_by_severity.clear()
+        return taken
+
     def result(self):
         """{events, lost_gpus, init_failures, gpu_ids, summary, highest_severity, unparsed} (docs/contracts.md)."""
         if self._result is not None:  # synthetic events are added once
@@ -692,9 +701,7 @@ class XidScanner:
             if pci in xid79:
                 continue
             info = lookup(79)
-            severity, basis = info["severity"], "GPU fell off the bus without an Xid line (counted as XID 79)"
-            if 79 in self.overrides:
-                severity, basis = self.overrides[79], "severity_overrides"
+            severity, basis = xid_policy.severity(79, overrides=self.overrides, synthetic=True)
             event = {
                 "xid": 79, "pci": pci, "gpu_instance": None, "compute_instance": None, "pid": None, "process": None,
                 "message": "GPU has fallen off the bus (no Xid line)", "channel": None,
@@ -711,14 +718,9 @@ class XidScanner:
         while len(self.events) > self.max_events:
             del self.events[0]
             self.dropped += 1
-        events = []
-        for event in self.events:
-            ids = self.gpu_ids.get(event["pci"]) or {}
-            out = {k: v for k, v in event.items() if not k.startswith("_")}
-            out["uuid"], out["serial"] = ids.get("uuid"), ids.get("serial")
-            events.append(out)
+        events = [self._public(event) for event in self.events]
         counted = [s for s, n in self.counts_by_severity.items() if n]
-        highest = max(counted, key=_rank) if counted else "none"
+        highest = max(counted, key=xid_policy.rank) if counted else "none"
         lost_gpus = sorted(set(self.lost) | xid79 - {None})
         self._result = {
             "events": events,

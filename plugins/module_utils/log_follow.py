@@ -14,15 +14,15 @@ __metaclass__ = type
 
 import errno
 import fcntl
-import hashlib
 import os
 import select
 import signal
 import subprocess
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import file_position, resume
+
 MAX_LINE_BYTES = 1024 * 1024
 READ_BYTES = 1024 * 1024
-HEAD_BYTES = 512
 
 
 class LineSplitter:
@@ -127,15 +127,6 @@ class BlockSplitter:
         return len(self.partial)
 
 
-def _head_digest(path, length):
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(length)
-    except (IOError, OSError):
-        return 0, None
-    return len(data), hashlib.sha256(data).hexdigest()
-
-
 class FileFollower:
     """Follow a plain-text log file by polling (no inotify in the stdlib; a poll a fraction of a second is cheap).
 
@@ -176,53 +167,17 @@ class FileFollower:
         self._pending_prev = {}
         offset = 0
         if prev.get("path") == self.path and prev.get("inode") is not None:
-            saved = int(prev.get("offset") or 0)
-            if prev.get("inode") == st.st_ino and prev.get("dev") == st.st_dev:
-                length, digest = _head_digest(self.path, int(prev.get("head_bytes") or 0))
-                if st.st_size < saved:
-                    self.notes.append("%s was truncated (size %d < saved offset %d): reading it from the start"
-                                      % (self.path, st.st_size, saved))
-                elif prev.get("head_sha256") and (length, digest) != (prev.get("head_bytes"), prev["head_sha256"]):
-                    self.notes.append("%s is a new file with the inode number of the old one: reading it from the "
-                                      "start" % self.path)
-                else:
-                    offset = saved
-            else:
-                old = self._rotated_sibling(prev)
-                if old is not None:
-                    try:
-                        ofh, _ost = self._open(old)
-                        ofh.seek(saved)
-                        self._old = ofh
-                        self.notes.append("%s was rotated to %s since the last run: reading its rest from byte %d"
-                                          % (self.path, old, saved))
-                    except (IOError, OSError):
-                        pass
-                else:
-                    self.notes.append("%s was rotated and the old file (inode %s) is gone: lines written between the "
-                                      "last run and the rotation may be missed" % (self.path, prev.get("inode")))
+            offset, old, note = resume(self.path, st, prev)
+            if note:
+                self.notes.append(note)
+            if old is not None:
+                try:
+                    self._old, _ost = self._open(old)
+                    self._old.seek(int(prev.get("offset") or 0))
+                except (IOError, OSError):
+                    self._old = None
         fh.seek(offset)
         self.fh, self.st, self.offset = fh, st, offset
-
-    def _rotated_sibling(self, prev):
-        directory, base = os.path.split(self.path)
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            return None
-        for name in names:
-            if name == base or not name.startswith(base):
-                continue
-            candidate = os.path.join(directory, name)
-            try:
-                st = os.stat(candidate)
-            except OSError:
-                continue
-            if st.st_ino == prev.get("inode") and st.st_dev == prev.get("dev"):
-                length, digest = _head_digest(candidate, int(prev.get("head_bytes") or 0))
-                if not prev.get("head_sha256") or (length, digest) == (prev.get("head_bytes"), prev["head_sha256"]):
-                    return candidate
-        return None
 
     # ---- reading --------------------------------------------------------------------------------------------
     def read_block(self):
@@ -295,9 +250,7 @@ class FileFollower:
         """Where a restart resumes: the start of the first line not yet handed out."""
         if self.st is None:
             return dict(self._pending_prev) if self._pending_prev else None
-        head_bytes, head_sha = _head_digest(self.path, HEAD_BYTES)
-        return {"path": self.path, "inode": self.st.st_ino, "dev": self.st.st_dev, "offset": self.offset,
-                "head_bytes": head_bytes, "head_sha256": head_sha}
+        return file_position(self.path, self.st, self.offset)
 
     def close(self):
         for fh in (self.fh, self._old):

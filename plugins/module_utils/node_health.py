@@ -4,8 +4,9 @@
 from the gpufleet-node-health systemd timer, installed by the kentino.gpufleet.gpu_monitoring role).
 
 What the XID watcher cannot see in the kernel log, read with the collection's existing parsers: retired pages, row
-remaps and the bank remap availability histogram, clock throttle reasons and ECC counters (nvidia_smi_query), the
-checkpoint storage (mounts + statvfs) and NVMe health (nvme_smart). Observations only: the thresholds live in the
+remaps and the bank remap availability histogram, clock throttle reasons and ECC counters (nvidia_smi_query), NVLink
+state, speed and error counters, each GPU's fabric registration and the fabric manager's service (nvidia_smi_nvlink,
+fabric_manager), the checkpoint storage (mounts + statvfs) and NVMe health (nvme_smart). Observations only: the thresholds live in the
 alert rules. A source that cannot be read says so in gpufleet_health_collector_up{collector} = 0 and in the log;
 the others are still written.
 """
@@ -21,14 +22,28 @@ import shutil
 import sys
 import time
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.fabric_manager import SERVICE as FM_SERVICE
+from ansible_collections.kentino.gpufleet.plugins.module_utils.fabric_manager import parse_systemctl_show
 from ansible_collections.kentino.gpufleet.plugins.module_utils.mounts import (
     backing_devices,
     find_mount,
     nvme_devices_for_source,
     read_mounts,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import THROTTLE_BITS, convert_value
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import THROTTLE_BITS, convert_value, parse_q
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_nvlink import (
+    link_totals,
+    parse_nvlink_errors,
+    parse_nvlink_status,
+    q_fabric,
+)
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
+    HISTOGRAM_LEVELS,
+    IDENTITY,
+    MEMORY_HEALTH,
+    QueryGpu,
+    spec,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import (
     CRITICAL_WARNING_BITS,
     parse_nvme_smart_log,
@@ -39,25 +54,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner impor
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_watcher import ConfigError, load_config
 
 HEALTH_PROM = "gpufleet_health.prom"
-HISTOGRAM_LEVELS = ("max", "high", "partial", "low", "none")
-GPU_SPEC = (
-    ("index", ("index",)),
-    ("pci", ("pci.bus_id",)),
-    ("uuid", ("uuid",)),
-    ("temperature_c", ("temperature.gpu",)),
-    ("ecc_volatile_corrected", ("ecc.errors.corrected.volatile.total",)),
-    ("ecc_volatile_uncorrected", ("ecc.errors.uncorrected.volatile.total",)),
-    ("ecc_aggregate_corrected", ("ecc.errors.corrected.aggregate.total",)),
-    ("ecc_aggregate_uncorrected", ("ecc.errors.uncorrected.aggregate.total",)),
-    ("retired_pages_sbe", ("retired_pages.sbe",)),
-    ("retired_pages_dbe", ("retired_pages.dbe",)),
-    ("retired_pages_pending", ("retired_pages.pending",)),
-    ("remapped_rows_correctable", ("remapped_rows.correctable",)),
-    ("remapped_rows_uncorrectable", ("remapped_rows.uncorrectable",)),
-    ("remapped_rows_pending", ("remapped_rows.pending",)),
-    ("remapped_rows_failure", ("remapped_rows.failure",)),
-    ("throttle_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
-) + tuple(("remap_banks_" + level, ("remapped_rows.histogram." + level,)) for level in HISTOGRAM_LEVELS)
+GPU_SPEC = spec(*IDENTITY + ("temperature_c",) + MEMORY_HEALTH + ("throttle_reasons",)
+                + tuple("remap_banks_" + level for level in HISTOGRAM_LEVELS))
 
 
 class Families:
@@ -143,6 +141,88 @@ def collect_gpus(fams, nvidia_smi, timeout_s, log, runner=run_tool):
                          "1: the clocks are held down for this reason (nvidia-smi clocks_event_reasons).").add(
                     1 if name in active else 0, reason=name, **labels)
     return bool(out["gpus"])
+
+
+def _ran(res):
+    return res is not None and not res.error and not res.timed_out
+
+
+def collect_nvlink(fams, nvidia_smi, timeout_s, log, runner=run_tool):
+    """NVLink links (state, speed, error counters) and each GPU's fabric registration. True when nvidia-smi answered
+    (a node without NVLink answers with no links, and gets no NVLink metrics)."""
+    if not nvidia_smi:
+        return False
+    ident = QueryGpu(nvidia_smi, (("index", ("index",)), ("pci", ("pci.bus_id",)), ("uuid", ("uuid",))), timeout_s,
+                     runner=runner).run()
+    by_uuid = dict((g["uuid"], g) for g in ident["gpus"] if g.get("uuid"))
+    by_index = dict((g["index"], g) for g in ident["gpus"] if g.get("index") is not None)
+
+    def labels_of(block):
+        gpu = by_uuid.get(block.get("uuid")) or by_index.get(block.get("index"))
+        if gpu is None or not normalize_pci(gpu.get("pci")):
+            return None
+        return {"pci": normalize_pci(gpu["pci"]), "gpu": str(gpu["index"])}
+
+    status = runner([nvidia_smi, "nvlink", "--status"], timeout_s)
+    if not _ran(status):
+        log("nvidia-smi nvlink --status: %s" % (status.error or "timed out after %ss" % timeout_s))
+        return False
+    links = parse_nvlink_status(status.stdout)
+    for block in links["gpus"]:
+        labels = labels_of(block)
+        if labels is None:
+            continue
+        entries = block["links"] or ([] if not block["all_inactive"] else [])
+        if block["all_inactive"] and not block["links"]:
+            fams.get("gpufleet_nvlink_gpu_all_links_down", "gauge",
+                     "1: nvidia-smi says all NVLinks of this GPU are inactive.").add(1, **labels)
+        for link in entries:
+            fams.get("gpufleet_nvlink_link_up", "gauge",
+                     "1: the NVLink is active (nvidia-smi nvlink --status); 0: <inactive>.").add(
+                1 if link["up"] else 0, link=str(link["link"]), **labels)
+            if link["speed_gbps"] is not None:
+                fams.get("gpufleet_nvlink_link_speed_gbps", "gauge", "Current speed of the NVLink, GB/s.").add(
+                    link["speed_gbps"], link=str(link["link"]), **labels)
+    if any(block["links"] or block["all_inactive"] for block in links["gpus"]):
+        errors = runner([nvidia_smi, "nvlink", "--errorcounters"], timeout_s)
+        if _ran(errors):
+            for block in parse_nvlink_errors(errors.stdout)["gpus"]:
+                labels = labels_of(block)
+                if labels is None:
+                    continue
+                for link, counters in sorted(block["links"].items()):
+                    for kind, value in sorted(link_totals(counters).items()):
+                        if value is not None:
+                            fams.get("gpufleet_nvlink_errors_total", "counter",
+                                     "NVLink error counter of the link since the driver loaded, by type (crc, replay, "
+                                     "recovery).").add(value, link=str(link), type=kind, **labels)
+        else:
+            log("nvidia-smi nvlink --errorcounters: %s" % (errors.error or "timed out after %ss" % timeout_s))
+    q = runner([nvidia_smi, "-q"], timeout_s)
+    fabric_gpus = 0
+    if _ran(q):
+        for block in parse_q(q.stdout)["gpus"]:
+            fabric = q_fabric(block["entries"])
+            gpu = next((g for g in ident["gpus"] if normalize_pci(g.get("pci")) == block.get("pci")), None)
+            if fabric["state"] is None or gpu is None:
+                continue
+            fabric_gpus += 1
+            complete = fabric["state"] == "completed" and (fabric["status"] or "").lower() == "success"
+            fams.get("gpufleet_gpu_fabric_complete", "gauge",
+                     "1: the GPU is registered with the NVLink fabric (nvidia-smi -q Fabric State Completed, Status "
+                     "Success); 0: not (CUDA fails with error 802 on an NVSwitch machine).").add(
+                1 if complete else 0, pci=block["pci"], gpu=str(gpu["index"]), state=fabric["state"])
+    else:
+        log("nvidia-smi -q: %s" % (q.error or "timed out after %ss" % timeout_s))
+    systemctl = shutil.which("systemctl")
+    if systemctl:
+        res = runner([systemctl, "show", FM_SERVICE, "--property=LoadState", "--property=ActiveState"], timeout_s)
+        props = parse_systemctl_show(res.stdout) if _ran(res) else {}
+        if props.get("LoadState") == "loaded" or fabric_gpus:
+            fams.get("gpufleet_fabric_manager_active", "gauge",
+                     "1: the NVSwitch fabric manager's service is active; 0: not (or not installed).").add(
+                1 if props.get("ActiveState") == "active" else 0, service=FM_SERVICE)
+    return True
 
 
 def _nvme_controllers(cfg):
@@ -242,6 +322,9 @@ def collect(cfg, log, runner=run_tool, clock=time.time):
                   "1: this source of the health collector answered at its last run.")
     nvidia_smi = shutil.which(cfg["nvidia_smi"]) if cfg["nvidia_smi"] else None
     up.add(1 if collect_gpus(fams, nvidia_smi, cfg["tool_timeout_seconds"], log, runner) else 0, collector="gpu")
+    if nvidia_smi:
+        up.add(1 if collect_nvlink(fams, nvidia_smi, cfg["tool_timeout_seconds"], log, runner) else 0,
+               collector="nvlink")
     storage_ok, under_paths = collect_storage(fams, cfg["checkpoint_paths"], cfg["mounts_file"], log)
     up.add(1 if storage_ok else 0, collector="checkpoint_storage")
     devices = _nvme_controllers(cfg)

@@ -21,57 +21,67 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool
 
-# (result key, candidate field names newest first). Old names: pcie.link.gen.current (before gpucurrent),
-# clocks_throttle_reasons.* (before clocks_event_reasons.*, R535).
-FACTS_SPEC = (
-    ("index", ("index",)),
-    ("pci", ("pci.bus_id",)),
-    ("uuid", ("uuid",)),
-    ("serial", ("serial",)),
-    ("name", ("name",)),
-    ("driver_version", ("driver_version",)),
-    ("vbios", ("vbios_version",)),
-    ("temperature_c", ("temperature.gpu",)),
-    ("power_w", ("power.draw",)),
-    ("power_limit_w", ("power.limit",)),
-    ("memory_used_mib", ("memory.used",)),
-    ("memory_total_mib", ("memory.total",)),
-    ("pcie_gen_current", ("pcie.link.gen.gpucurrent", "pcie.link.gen.current")),
-    ("pcie_gen_max", ("pcie.link.gen.max",)),
-    ("pcie_width_current", ("pcie.link.width.current",)),
-    ("pcie_width_max", ("pcie.link.width.max",)),
-    ("ecc_mode", ("ecc.mode.current",)),
-    ("ecc_volatile_corrected", ("ecc.errors.corrected.volatile.total",)),
-    ("ecc_volatile_uncorrected", ("ecc.errors.uncorrected.volatile.total",)),
-    ("ecc_aggregate_corrected", ("ecc.errors.corrected.aggregate.total",)),
-    ("ecc_aggregate_uncorrected", ("ecc.errors.uncorrected.aggregate.total",)),
-    ("retired_pages_sbe", ("retired_pages.sbe",)),
-    ("retired_pages_dbe", ("retired_pages.dbe",)),
-    ("retired_pages_pending", ("retired_pages.pending",)),
-    ("remapped_rows_correctable", ("remapped_rows.correctable",)),
-    ("remapped_rows_uncorrectable", ("remapped_rows.uncorrectable",)),
-    ("remapped_rows_pending", ("remapped_rows.pending",)),
-    ("remapped_rows_failure", ("remapped_rows.failure",)),
-    ("throttle_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
-    ("persistence_mode", ("persistence_mode",)),
-    ("recovery_action", ("gpu_recovery_action",)),
-)
+# Every field the collection asks for: result key -> candidate field names, newest first. Old names:
+# pcie.link.gen.current (before gpucurrent), clocks_throttle_reasons.* (before clocks_event_reasons.*, R535).
+HISTOGRAM_LEVELS = ("max", "high", "partial", "low", "none")  # remapped_rows.histogram.*: bank remap availability
+FIELDS = {
+    "index": ("index",),
+    "pci": ("pci.bus_id",),
+    "uuid": ("uuid",),
+    "serial": ("serial",),
+    "name": ("name",),
+    "driver_version": ("driver_version",),
+    "vbios": ("vbios_version",),
+    "temperature_c": ("temperature.gpu",),
+    "power_w": ("power.draw",),
+    "power_limit_w": ("power.limit",),
+    "utilization_gpu_pct": ("utilization.gpu",),
+    "memory_used_mib": ("memory.used",),
+    "memory_total_mib": ("memory.total",),
+    "pcie_gen_current": ("pcie.link.gen.gpucurrent", "pcie.link.gen.current"),
+    "pcie_gen_max": ("pcie.link.gen.max",),
+    "pcie_width_current": ("pcie.link.width.current",),
+    "pcie_width_max": ("pcie.link.width.max",),
+    "ecc_mode": ("ecc.mode.current",),
+    "ecc_volatile_corrected": ("ecc.errors.corrected.volatile.total",),
+    "ecc_volatile_uncorrected": ("ecc.errors.uncorrected.volatile.total",),
+    "ecc_aggregate_corrected": ("ecc.errors.corrected.aggregate.total",),
+    "ecc_aggregate_uncorrected": ("ecc.errors.uncorrected.aggregate.total",),
+    "retired_pages_sbe": ("retired_pages.sbe",),
+    "retired_pages_dbe": ("retired_pages.dbe",),
+    "retired_pages_pending": ("retired_pages.pending",),
+    "remapped_rows_correctable": ("remapped_rows.correctable",),
+    "remapped_rows_uncorrectable": ("remapped_rows.uncorrectable",),
+    "remapped_rows_pending": ("remapped_rows.pending",),
+    "remapped_rows_failure": ("remapped_rows.failure",),
+    "throttle_reasons": ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
+    "persistence_mode": ("persistence_mode",),
+    "recovery_action": ("gpu_recovery_action",),
+}
+FIELDS.update(("remap_banks_" + level, ("remapped_rows.histogram." + level,)) for level in HISTOGRAM_LEVELS)
+# What only the audit's health snapshot reads: when nvidia-smi took the reading, the SM clocks, the InfoROM image.
+FIELDS.update({"read_at": ("timestamp",), "clocks_sm_mhz": ("clocks.sm",), "clocks_sm_max_mhz": ("clocks.max.sm",),
+               "inforom_image": ("inforom.img",)})
 
-SAMPLE_SPEC = (
-    ("index", ("index",)),
-    ("pci", ("pci.bus_id",)),
-    ("temperature_c", ("temperature.gpu",)),
-    ("power_w", ("power.draw",)),
-    ("pcie_gen_current", ("pcie.link.gen.gpucurrent", "pcie.link.gen.current")),
-    ("pcie_width_current", ("pcie.link.width.current",)),
-    ("utilization_gpu_pct", ("utilization.gpu",)),
-    ("throttle_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
-    ("memory_used_mib", ("memory.used",)),
-    # The rated link, so the sampler's judge needs no other source; corrected ECC to see a leak grow under load.
-    ("pcie_gen_max", ("pcie.link.gen.max",)),
-    ("pcie_width_max", ("pcie.link.width.max",)),
-    ("ecc_volatile_corrected", ("ecc.errors.corrected.volatile.total",)),
-)
+
+def spec(*keys):
+    """A QueryGpu field set: ((result key, candidate names), ...) for these keys of FIELDS, in this order."""
+    return tuple((key, FIELDS[key]) for key in keys)
+
+
+IDENTITY = ("index", "pci", "uuid")
+MEMORY_HEALTH = ("ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+                 "ecc_aggregate_uncorrected", "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
+                 "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending",
+                 "remapped_rows_failure")
+FACTS_SPEC = spec(*IDENTITY + ("serial", "name", "driver_version", "vbios", "temperature_c", "power_w",
+                               "power_limit_w", "memory_used_mib", "memory_total_mib", "pcie_gen_current",
+                               "pcie_gen_max", "pcie_width_current", "pcie_width_max", "ecc_mode") + MEMORY_HEALTH
+                  + ("throttle_reasons", "persistence_mode", "recovery_action"))
+# Under load: the rated link too, so the sampler's judge needs no other source; corrected ECC to see a leak grow.
+SAMPLE_SPEC = spec("index", "pci", "temperature_c", "power_w", "pcie_gen_current", "pcie_width_current",
+                   "utilization_gpu_pct", "throttle_reasons", "memory_used_mib", "pcie_gen_max", "pcie_width_max",
+                   "ecc_volatile_corrected")
 
 TOOL_HINT = "check `dmesg` for XID 79 (GPU fallen off the bus) and reseat/recable the card or power-cycle the node"
 

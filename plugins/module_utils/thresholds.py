@@ -16,7 +16,7 @@ import math
 DEFAULT_ENV_EXPECTED = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}
 
 # name -> (default, kind, meaning, source). kind: number, int, fraction, list_int, list_str, rails, gbps_map,
-# str_map, int_map, choice:<a|b>.
+# str_map, int_map, str, choice:<a|b>.
 THRESHOLDS = {
     "gpufleet_expected_gpus": (
         None, "int", "GPUs the node must show; fewer = a GPU is missing (unset: the NVIDIA GPUs on the PCI bus)",
@@ -84,6 +84,50 @@ THRESHOLDS = {
                                 "your amortised hardware and power cost, or the cloud price"),
     "gpufleet_cadence_gpus": (None, "int", "GPUs of the training job for the checkpoint plan (unset: the report's GPUs)",
                               "the job's size"),
+    # History (audits): trends, drift and baselines, judged from the history store (docs/audit.md).
+    "gpufleet_trend_window_days": (14.0, "number", "days of history before the recent window that trends compare with",
+                                   "two weeks: a weekly XID 92 shows at least twice"),
+    "gpufleet_trend_recent_days": (3.0, "number", "the recent window of a trend, days",
+                                   "three nightly audits: one noisy night does not make a trend"),
+    "gpufleet_trend_acceleration_factor": (
+        3.0, "number", "recent rate >= this x the earlier rate = accelerating (corrected ECC, XID 92)",
+        "the slow ECC leak goes weekly -> daily -> hourly (docs/failure-modes.md)"),
+    "gpufleet_trend_ecc_rate_warn_per_day": (
+        10.0, "number", "corrected ECC errors per day (lifetime counter) that warn; also the floor of an acceleration",
+        "a healthy card corrects a handful of errors per month; tens per day is a leak"),
+    "gpufleet_trend_xid92_min_events": (3, "int", "XID 92 events on one GPU before their rate is judged",
+                                        "two events make one gap, not a trend"),
+    "gpufleet_trend_exhaustion_days": (
+        30.0, "number", "retired pages / remapped rows projected to reach NVIDIA's limit within this many days warn",
+        "NVIDIA GPU memory error management: 64 retired pages; 512 remaps, 8 per bank"),
+    "gpufleet_trend_temp_rise_c": (8.0, "number", "rise of the GPU temperature at equal load (same power band), C",
+                                   "dust, a failing fan or dried thermal paste show as degrees at the same watts"),
+    "gpufleet_trend_pcie_replays_per_day": (100.0, "number", "PCIe replays per day that warn",
+                                            "replays grow on a marginal riser or slot long before the link drops"),
+    "gpufleet_history_stale_days": (2.0, "number", "an unreachable node without a good audit for this many days is "
+                                                   "stale", "nightly audits: two missed nights"),
+    "gpufleet_baseline_max_drop": (
+        0.15, "fraction", "a figure this share below the node's own burn-in baseline warns (Gflop/s, busbw, write speed)",
+        "run-to-run spread of gpu-burn and nccl-tests on one healthy node is a few percent"),
+    "gpufleet_drift_group": (None, "str", "the group whose majority a node's versions are compared with (unset: its "
+                                          "GPU model)", "your platform groups (one per SKU and build)"),
+    "gpufleet_drift_min_nodes": (3, "int", "nodes a group needs before its majority version is the reference",
+                                 "with two nodes there is no majority"),
+    "gpufleet_golden_versions": (
+        {}, "str_map", "pinned versions: driver, vbios, dcgm, kernel, bios, inforom -> the exact version required",
+        "your qualified software/firmware set"),
+    "gpufleet_nvlink_crc_fail_per_s": (
+        100.0, "number", "NVLink CRC errors per second on one link during the run that fail (any rise below warns)",
+        "NVIDIA DCGM health watch: CRC errors only matter at 100 per second and above (dcgm_gpu_hardware_limits.h)"),
+    "gpufleet_nvlink_replay_recovery_fail": (
+        1, "int", "rise of NVLink replay + recovery errors on one link during the run that fails",
+        "NVIDIA DCGM health watch: any replay or recovery error is a failure"),
+    "gpufleet_nvlink_min_link_speed_gbps": (
+        None, "number", "an NVLink slower than this, GB/s, fails (unset: the node's fastest link of the same GPU model)",
+        "nvidia-smi nvlink -s of a known-good node: H100 SXM 26.562, A100 SXM 25, B200 53.125 per link"),
+    "gpufleet_nvlink_links_per_gpu": (
+        None, "int", "NVLinks each GPU must list (unset: the most any GPU of the same model on the node lists)",
+        "the platform: HGX H100/H200 and B200 have 18 per GPU, HGX A100 12"),
 }
 DEFAULTS = dict((name, spec[0]) for name, spec in THRESHOLDS.items())
 
@@ -96,6 +140,7 @@ TYPE_WORDS = {
     "rails": "a mapping of rail name to a list of GPU indices (e.g. {A: [0, 1, 2, 3], B: [4, 5, 6, 7]})",
     "gbps_map": "a mapping of GPU name to GB/s (e.g. {'RTX 5090': 50})",
     "str_map": "a mapping of names to string values",
+    "str": "a non-empty string",
 }
 
 
@@ -153,6 +198,8 @@ def check_value(kind, raw):
         ok = isinstance(raw, dict) and all(isinstance(v, (str, int)) and not isinstance(v, bool) or v is None
                                            for v in raw.values())
         return ok, (dict((str(k), None if v is None else str(v)) for k, v in raw.items()) if ok else None)
+    if kind == "str":
+        return isinstance(raw, str) and raw.strip() != "", raw
     if kind.startswith("choice:"):
         return raw in kind.split(":", 1)[1].split("|"), raw
     return False, None

@@ -17,6 +17,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog impor
 
 # A 154 is as serious as what the driver now asks for: nothing, draining P2P, or taking the GPU/node down.
 RECOVERY_SEVERITY = {0: "info", 3: "warning"}
+LOST_WITHOUT_XID = "GPU fell off the bus without an Xid line (counted as XID 79)"
 
 
 def rank(severity):
@@ -24,8 +25,13 @@ def rank(severity):
     return SEVERITIES.index(severity) if severity in SEVERITIES else SEVERITIES.index("unknown")
 
 
-def severity(code, details=None, correlated_with=None, overrides=None):
-    """(severity, basis) of one XID event."""
+def severity(code, details=None, correlated_with=None, overrides=None, synthetic=False):
+    """(severity, basis) of one XID event.
+
+    details: the parser's decoding of the line (NVLink5 status, XID 154 recovery actions); correlated_with: the earlier
+    Xid an XID 45 follows (None: a solo 45); synthetic: a lost GPU the driver reported without an Xid line (XID 79).
+    overrides: {code (int or str): severity}, applied last.
+    """
     details = details or {}
     info = lookup(code)
     level, basis = info["severity"], info["severity_basis"]
@@ -42,8 +48,25 @@ def severity(code, details=None, correlated_with=None, overrides=None):
             level, basis = "info", "follows Xid %s on the same GPU" % correlated_with.get("xid")
         else:
             level, basis = "warning", "solo Xid 45: no earlier Xid on this GPU in the read"
+    elif synthetic:
+        basis = LOST_WITHOUT_XID
     overrides = overrides or {}
     if code in overrides or str(code) in overrides:
         level = overrides.get(code, overrides.get(str(code)))
         basis = "severity_overrides"
     return level, basis
+
+
+def parse_overrides(mapping):
+    """{code: severity} from an inventory, a module option or the watcher's configuration -> {int code: severity}.
+    Raises ValueError naming the bad key or value."""
+    out = {}
+    for code, level in (mapping or {}).items():
+        try:
+            key = int(str(code).strip())
+        except ValueError:
+            raise ValueError("severity_overrides: key %r is not an XID code (an integer such as 63)" % (code,)) from None
+        if level not in SEVERITIES:
+            raise ValueError("severity_overrides: XID %s -> %r is not one of %s" % (code, level, ", ".join(SEVERITIES)))
+        out[key] = level
+    return out

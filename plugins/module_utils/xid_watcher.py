@@ -3,9 +3,10 @@
 """The XID watcher: follows the kernel log and keeps node_exporter textfile metrics current (stdlib only: runs on the
 node as the gpufleet-xid-watcher service, installed by the kentino.gpufleet.gpu_monitoring role).
 
-Parsing, burst folding, XID 45 correlation, lost-GPU detection and the severity of each event are kernel_log.py's
-XidScanner and the XID catalog, exactly as for xid_facts: this module only follows a source, counts what the scanner
-found and writes it out.
+Following the source (journal, dmesg or a file, and the position to go on from) is kernel_log_reader's; parsing,
+burst folding, XID 45 correlation, lost-GPU detection and the severity of each event are kernel_log.py's XidScanner
+and xid_policy, exactly as for xid_facts: this module counts what the scanner found (XidScanner.take_new) and writes
+it out.
 
 Counting rules on top of the scanner's (why a restart never counts twice):
 - the read position (journal cursor + boot id, file inode + offset, dmesg boot id + uptime) and every counter are
@@ -33,16 +34,18 @@ import sys
 import threading
 import time
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils import xid_policy
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log import XidScanner
-from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import journal_record
-from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import (
-    FileFollower,
-    ProcessLines,
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import (
+    DmesgSource,
+    FileSource,
+    JournalSource,
+    iso_us,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import read_boot_id, read_boot_time
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu, spec
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 from ansible_collections.kentino.gpufleet.plugins.module_utils.prom_textfile import MetricFamily, atomic_write, render
-from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES, lookup
 
 STATE_VERSION = 1
 XID_PROM = "gpufleet_xid.prom"
@@ -51,8 +54,7 @@ STATUS_FILE = "xid-watcher.status.json"
 MAX_SERIES = 2048  # fuzzed addresses must not grow the state without bound
 SCAN_BYTES = 128 * 1024
 MAX_EVENTS_PER_SCAN = SCAN_BYTES // 16  # more than the lines of one scan block: the scanner never drops an event
-INVENTORY_SPEC = (("index", ("index",)), ("pci", ("pci.bus_id",)), ("uuid", ("uuid",)), ("name", ("name",)))
-_UPTIME_RE = re.compile(rb"^(?:[a-z]+\s*:[a-z]+\s*: )?\[\s*(\d+\.\d+)\]")
+INVENTORY_SPEC = spec("index", "pci", "uuid", "name")
 
 DEFAULTS = {
     "source": "journal",  # journal | file | dmesg
@@ -120,15 +122,11 @@ def load_config(path=None, overrides=None):
             isinstance(m, str) and re.match(r"^[A-Z0-9_]+=.*$", m) for m in cfg["journal_matches"]):
         raise ConfigError("journal_matches must be a list of FIELD=VALUE strings such as _TRANSPORT=kernel, not %r"
                           % (cfg["journal_matches"],))
-    overrides_ = {}
-    for code, severity in (cfg["severity_overrides"] or {}).items():
-        try:
-            overrides_[int(str(code))] = severity
-        except ValueError:
-            raise ConfigError("severity_overrides: %r is not an XID code" % (code,)) from None
-        if severity not in SEVERITIES:
-            raise ConfigError("severity_overrides: XID %s -> %r is not one of %s" % (code, severity, ", ".join(SEVERITIES)))
-    cfg["severity_overrides"] = overrides_
+    try:
+        cfg["severity_overrides"] = xid_policy.parse_overrides(cfg["severity_overrides"])
+    except (ValueError, AttributeError) as exc:
+        raise ConfigError(str(exc) if isinstance(exc, ValueError) else
+                          "severity_overrides must be a mapping of XID code to severity") from None
     for key in ("journal_grep", "nvme_discover"):
         if not isinstance(cfg[key], bool):
             raise ConfigError("%s must be true or false, not %r" % (key, cfg[key]))
@@ -146,37 +144,6 @@ def load_config(path=None, overrides=None):
 def _stderr_log(message):
     sys.stderr.write(message.rstrip() + "\n")
     sys.stderr.flush()
-
-
-def read_boot_id(path):
-    """This boot's id in journald's spelling (32 hex digits; /proc writes it as a dashed UUID), or None."""
-    try:
-        with open(path) as fh:
-            return fh.read().strip().replace("-", "").lower() or None
-    except (IOError, OSError):
-        return None
-
-
-def read_boot_time(path):
-    try:
-        with open(path) as fh:
-            for line in fh:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except (IOError, OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _epoch(value):
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        return value.timestamp()
-    except (AttributeError, OverflowError, ValueError, OSError):
-        return None
 
 
 # ---- GPU identity (labels) -----------------------------------------------------------------------------------------
@@ -245,248 +212,6 @@ class GpuInventory:
             self._wake.clear()
 
 
-# ---- sources -------------------------------------------------------------------------------------------------------
-class FileSource:
-    kind = "file"
-
-    def __init__(self, cfg, position, scanner, log):
-        self.scanner = scanner
-        self.log = log
-        self.follower = FileFollower(cfg["log_file"], position, read_bytes=SCAN_BYTES)
-        self.poll_s = cfg["poll_seconds"]
-
-    def read(self, feed_block):
-        """Feed what is new; returns lines read (0: nothing new, the caller sleeps)."""
-        block, count = self.follower.read_block()
-        self._notes()
-        if block:
-            feed_block(block)
-        return count
-
-    def wait(self):
-        time.sleep(self.poll_s)
-
-    def position(self):
-        return self.follower.position()
-
-    @property
-    def overlong(self):
-        return self.follower.splitter.overlong
-
-    def _notes(self):
-        while self.follower.notes:
-            self.log(self.follower.notes.pop(0))
-
-    def close(self):
-        self.follower.close()
-
-
-class _ProcessSource:
-    """A following tool, restarted with back-off when it exits."""
-
-    def __init__(self, cfg, log):
-        self.cfg = cfg
-        self.log = log
-        self.proc = None
-        self.backoff_s = 1.0
-        self.restart_at = 0.0
-        self.splitter_overlong = 0
-
-    def _start(self):
-        argv = self.argv()
-        self.proc = ProcessLines(argv)
-        self.started = time.monotonic()
-
-    def lines(self):
-        now = time.monotonic()
-        if self.proc is None:
-            if now < self.restart_at:
-                time.sleep(min(self.cfg["poll_seconds"], self.restart_at - now))
-                return []
-            try:
-                self._start()
-            except OSError as exc:
-                self.log("cannot start %s: %s; retrying in %.0f s" % (self.argv()[0], exc.strerror or exc,
-                                                                        self.backoff_s))
-                self._schedule_restart()
-                return []
-        lines = self.proc.read_lines(self.cfg["poll_seconds"])
-        if self.proc.eof:
-            self.splitter_overlong += self.proc.splitter.overlong
-            rc, err = self.proc.returncode, self.proc.stderr_text
-            self.proc.stop()
-            self.proc = None
-            if self.exited(rc, err):
-                self.restart_at = 0.0
-                self.backoff_s = 1.0
-            else:
-                self._schedule_restart()
-        return lines
-
-    def _schedule_restart(self):
-        self.restart_at = time.monotonic() + self.backoff_s
-        self.backoff_s = min(30.0, self.backoff_s * 2)
-
-    @property
-    def overlong(self):
-        return self.splitter_overlong + (self.proc.splitter.overlong if self.proc is not None else 0)
-
-    def wait(self):
-        pass  # read_lines already waited up to poll_seconds
-
-    def close(self):
-        if self.proc is not None:
-            self.proc.stop()
-            self.proc = None
-
-
-class JournalSource(_ProcessSource):
-    """`journalctl -f -o json` from the saved cursor (all boots after it), else the current boot from its start.
-
-    journalctl keeps only NVRM entries itself (--grep, needs PCRE2) and only the fields read (--output-fields): a
-    flood of other kernel lines costs the watcher nothing. An older journalctl that rejects either option is asked
-    again without it.
-    """
-
-    kind = "journal"
-    FIELDS = "--output-fields=MESSAGE,_SOURCE_MONOTONIC_TIMESTAMP"
-
-    def __init__(self, cfg, position, scanner, log):
-        _ProcessSource.__init__(self, cfg, log)
-        self.scanner = scanner
-        self.exe = shutil.which(cfg["journalctl"]) or cfg["journalctl"]
-        self.use_grep = bool(cfg["journal_grep"])
-        self.use_fields = True
-        self.pos = dict(position or {})
-        self.mode = "cursor" if self.pos.get("cursor") else "boot"
-        if self.mode == "cursor":
-            scanner.after_cursor = self.pos["cursor"]
-
-    def argv(self):
-        argv = [self.exe, "--follow", "--output=json", "--no-pager", "--all"]
-        if self.use_fields:
-            argv.append(self.FIELDS)
-        if self.use_grep:
-            argv.append("--grep=NVRM")
-        if self.mode == "cursor" and self.pos.get("cursor"):
-            argv.append("--after-cursor=" + self.pos["cursor"])
-        elif self.mode == "since" and self.pos.get("realtime_us"):
-            argv.append("--since=@%d" % (int(self.pos["realtime_us"]) // 1000000))
-        else:
-            argv.append("--boot=0")
-        # --follow alone shows only the last 10 entries: all of them, from the position chosen above
-        return argv + ["--lines=all"] + list(self.cfg["journal_matches"])
-
-    def exited(self, rc, err):
-        """Adapt to why journalctl exited. True: restart at once (the arguments changed)."""
-        low = err.lower()
-        if self.use_grep and rc != 0 and any(m in low for m in ("grep", "pattern", "pcre")):
-            self.use_grep = False
-            self.log("journalctl cannot filter with --grep here (%s): filtering NVRM lines in the watcher" % err[-200:])
-            return True
-        if self.use_fields and rc != 0 and "output-fields" in low:
-            self.use_fields = False
-            self.log("journalctl does not know --output-fields: reading whole entries")
-            return True
-        if self.mode == "cursor" and rc != 0 and "cursor" in low:
-            saved = self.pos.get("realtime_us")
-            self.mode = "since" if saved else "boot"
-            self.scanner.after_cursor = None
-            if saved:
-                self.scanner.after_realtime_us = int(saved)
-            self.log("the saved journal cursor is gone (%s): resuming from the saved time %s, entries at or before it "
-                     "are skipped" % (err[-200:], _iso(saved)))
-            return True
-        self.log("journalctl exited with status %s%s; restarting in %.0f s"
-                 % (rc, (": " + err[-300:]) if err else "", self.backoff_s))
-        return False
-
-    def read(self, feed_lines):
-        lines = self.lines()
-        if lines:
-            feed_lines(lines)
-            self._advance(lines)
-        return len(lines)
-
-    def _advance(self, lines):
-        """The position after these lines: the newest entry with a cursor (parsed again only for the last lines)."""
-        for line in reversed(lines[-8:]):
-            rec = journal_record(line)
-            if rec.cursor:
-                self.pos = {"cursor": rec.cursor, "realtime_us": rec.realtime_us, "boot_id": rec.boot_id}
-                if self.mode != "cursor":
-                    self.mode = "cursor"
-                return
-
-    def position(self):
-        return dict(self.pos) if self.pos else None
-
-
-class DmesgSource(_ProcessSource):
-    """`dmesg --follow` (the ring buffer of the current boot, then new lines). Lines at or before the saved uptime of
-    the same boot were read before and are skipped, also when dmesg is restarted and prints the buffer again."""
-
-    kind = "dmesg"
-
-    def __init__(self, cfg, position, boot_id, log):
-        _ProcessSource.__init__(self, cfg, log)
-        self.exe = shutil.which(cfg["dmesg"]) or cfg["dmesg"]
-        prev = position or {}
-        same_boot = prev.get("boot_id") == boot_id and prev.get("uptime_s") is not None
-        self.boot_id = boot_id
-        self.uptime_s = float(prev["uptime_s"]) if same_boot else None
-        self.same = int(prev.get("same_stamp_lines") or 0) if same_boot else 0
-        self._skip_same = self.same
-
-    def argv(self):
-        return [self.exe, "--follow"]
-
-    def _start(self):
-        _ProcessSource._start(self)
-        self._skip_same = self.same  # the new dmesg prints the buffer again
-
-    def exited(self, rc, err):
-        if rc not in (0, None) or err:
-            hint = ""
-            if "not permitted" in err or "denied" in err.lower():
-                hint = (" (kernel.dmesg_restrict=1: the watcher's user needs CAP_SYSLOG, or use source journal)")
-            self.log("dmesg exited with status %s: %s%s; restarting in %.0f s" % (rc, err[-300:], hint, self.backoff_s))
-        return False
-
-    def read(self, feed_lines):
-        lines = self.lines()
-        fresh = []
-        for line in lines:
-            match = _UPTIME_RE.match(line)
-            stamp = float(match.group(1)) if match else None
-            if stamp is not None and self.uptime_s is not None:
-                if stamp < self.uptime_s:
-                    continue
-                if stamp == self.uptime_s and self._skip_same > 0:
-                    self._skip_same -= 1
-                    continue
-            if stamp is not None:
-                if stamp == self.uptime_s:
-                    self.same += 1
-                else:
-                    self.uptime_s, self.same = stamp, 1
-                self._skip_same = 0
-            fresh.append(line)
-        if fresh:
-            feed_lines(fresh)
-        return len(lines)
-
-    def position(self):
-        return {"boot_id": self.boot_id, "uptime_s": self.uptime_s, "same_stamp_lines": self.same}
-
-
-def _iso(realtime_us):
-    try:
-        return datetime.datetime.fromtimestamp(int(realtime_us) / 1e6, datetime.timezone.utc).isoformat()
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "(none)"
-
-
 # ---- the watcher ---------------------------------------------------------------------------------------------------
 class Watcher:
     def __init__(self, cfg, log=None, clock=time.time, inventory=None):
@@ -503,6 +228,7 @@ class Watcher:
                    if self.boot_time is not None else None)
         self.scanner = XidScanner(severity_overrides=cfg["severity_overrides"], max_events=MAX_EVENTS_PER_SCAN,
                                   boot_time=boot_dt, boot_id=self.boot_id if cfg["source"] == "dmesg" else None)
+        self._lost_severity = xid_policy.severity(79, overrides=cfg["severity_overrides"], synthetic=True)[0]
         # what is counted (all saved in the state file)
         self.counters = {}  # (pci, xid, severity) -> {"gpu", "uuid", "value"}
         self.last_ts = {}  # (pci, xid) -> epoch seconds
@@ -513,7 +239,6 @@ class Watcher:
         self.lines_read = 0
         self.unparsed = {}  # reason -> lines
         self.series_dropped = 0
-        self._unparsed_seen = {}
         self._overlong_seen = 0
         # bookkeeping
         self.started = self.clock()
@@ -612,11 +337,13 @@ class Watcher:
     # ---- source ---------------------------------------------------------------------------------------------
     def _make_source(self, position):
         kind = self.cfg["source"]
+        cfg = self.cfg
         if kind == "file":
-            return FileSource(self.cfg, position, self.scanner, self.log)
+            return FileSource(cfg["log_file"], position, cfg["poll_seconds"], self.log, read_bytes=SCAN_BYTES)
         if kind == "dmesg":
-            return DmesgSource(self.cfg, position, self.boot_id, self.log)
-        return JournalSource(self.cfg, position, self.scanner, self.log)
+            return DmesgSource(cfg["dmesg"], position, self.boot_id, cfg["poll_seconds"], self.log)
+        return JournalSource(cfg["journalctl"], cfg["journal_matches"], cfg["journal_grep"], position, self.scanner,
+                             cfg["poll_seconds"], self.log)
 
     def _feed_block(self, block):
         self.scanner.reference = datetime.datetime.now().astimezone()  # syslog lines have no year
@@ -687,30 +414,18 @@ class Watcher:
         self._events_dirty = self._dirty = self._state_dirty = True
 
     def _take_events(self):
-        sc = self.scanner
-        for event in sc.events:
+        new = self.scanner.take_new()
+        for event in new["events"]:
             if event["counted"]:
-                uuid = (sc.gpu_ids.get(event["pci"]) or {}).get("uuid")
-                if uuid:
-                    self._learn(event["pci"], uuid=uuid)
-                self._count(event["pci"], event["xid"], event["severity"], event.get("_t_epoch"), event["boot_id"],
+                if event["uuid"]:
+                    self._learn(event["pci"], uuid=event["uuid"])
+                self._count(event["pci"], event["xid"], event["severity"], event["epoch_s"], event["boot_id"],
                             event["line"])
-        del sc.events[:]
-        for pci, lost in sorted(sc.lost.items(), key=lambda kv: kv[1]["seq"]):
-            info = lookup(79)
-            severity = self.cfg["severity_overrides"].get(79, info["severity"])
-            self._count(pci, 79, severity, _epoch(lost["time"]), lost["boot_id"], lost["line"])
-        sc.lost.clear()
-        # per-read tallies the watcher does not use: cleared so that months of running never grow them
-        sc.counts_by_code.clear()
-        sc.counts_by_pci.clear()
-        sc.counts_by_severity.clear()
-        for reason, total in sc.unparsed_reasons.items():
-            new = total - self._unparsed_seen.get(reason, 0)
-            if new > 0:
-                self.unparsed[reason] = self.unparsed.get(reason, 0) + new
-                self._unparsed_seen[reason] = total
-                self._dirty = self._state_dirty = True
+        for lost in new["lost"]:
+            self._count(lost["pci"], 79, self._lost_severity, lost["epoch_s"], lost["boot_id"], lost["line"])
+        for reason, lines in new["unparsed"].items():
+            self.unparsed[reason] = self.unparsed.get(reason, 0) + lines
+            self._dirty = self._state_dirty = True
         overlong = self.source.overlong
         if overlong > self._overlong_seen:
             self.unparsed["overlong_line_cut"] = self.unparsed.get("overlong_line_cut", 0) + overlong - self._overlong_seen
@@ -805,7 +520,7 @@ class Watcher:
             self._next_retry = now + 1.0
             return False
         if self._textfile_error is not None:
-            self.log("%s is writable again (it was not since %s)" % (self.textfile, _iso(self._textfile_error["since"] * 1e6)))
+            self.log("%s is writable again (it was not since %s)" % (self.textfile, iso_us(self._textfile_error["since"] * 1e6, "(none)")))
             self._textfile_error = None
             self._write_status()
         self._last_write = now

@@ -21,18 +21,12 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.node_module.tool_check
 attributes:
   check_mode:
-    support: partial
     details: In check mode dcgmi is not run (nor nvidia-smi for O(level=auto)); the result is RV(verdict=skipped).
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   level:
     description:
@@ -76,16 +70,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: pass, warn, fail, error or skipped.
-  returned: always
-  type: str
-  sample: fail
-reasons:
-  description: One line per finding, naming the GPU, the test, DCGM's message and the action.
-  returned: always
-  type: list
-  elements: str
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
+  - kentino.gpufleet.node_module.tool_result
 evidence:
   description: DCGM's warning messages and error lines that justify the verdict.
   returned: always
@@ -158,12 +145,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options imp
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
     TOOL_DIRS,
-    exit_check,
-    missing_tool_reason,
-    node_name,
-    open_lease,
+    ToolCheck,
     planned_tool,
-    tool_section,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.dcgm_diag_json import level_run, parse_dcgm_diag
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
@@ -213,13 +196,9 @@ def main():
     params = module.params
     if params["gpus"] is not None and (not params["gpus"] or min(params["gpus"]) < 0):
         module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
-    lease = open_lease(module)
-    host = node_name()
-
-    def finish(observations):
-        exit_check(module, observations, judge_dcgm.judge(observations, {}, host))
-
-    executable = find_tool(module, "dcgmi", params["executable"], TOOL_DIRS)
+    check = ToolCheck(module, judge_dcgm.judge)
+    finish = check.finish
+    executable, missing = check.find(("dcgmi",), INSTALL_HINT)
     name = executable or params["executable"] or "dcgmi"
     if module.check_mode:
         # No nvidia-smi call either: check mode runs nothing on the GPUs.
@@ -235,12 +214,11 @@ def main():
         argv += ["-i", ",".join(str(i) for i in params["gpus"])]
     common = dict(level_requested=level, level_reason=level_reason)
     if executable is None:
-        finish(dict(tool=planned_tool(argv, error=missing_tool_reason(name, INSTALL_HINT)), **common))
+        finish(dict(tool=planned_tool(argv, error=missing), **common))
 
     timeout = resolve_timeout(module, DEFAULT_TIMEOUTS[level])
-    ran = run_tool(argv, timeout, lease=lease)
-    tool, tail = tool_section(ran)
-    observations = dict(tool=tool, output_tail=tail, **common)
+    ran, observations = check.run(argv, timeout)
+    observations.update(common)
     if not ran.error and not ran.timed_out:
         parsed = parse_dcgm_diag(ran.stdout + "\n" + ran.stderr)
         observations.update(parsed)

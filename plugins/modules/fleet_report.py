@@ -23,29 +23,20 @@ description:
     interrupted run leaves the previous report intact.
   - Thresholds are inventory variables of each host (per group or host), documented in docs/rules.md; a value of the
     wrong type makes that node V(error) with a message naming the host, the variable and the expected type.
-  - Fails (after writing the report) when any node's verdict is at or above O(fail_on); the message lists the nodes.
+  - Fails (after writing the report) when any node's verdict is at or above O(fail_on), unless O(fail_task=false);
+    the message lists the nodes.
     Nodes that could not be checked (V(error), V(unreachable)) count as V(fail) for the gate.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
 attributes:
-  action:
-    support: full
-    details: An action plugin; the module file only documents it.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
   check_mode:
     support: full
     details: Check mode judges and returns the summary without writing files.
-  diff_mode:
-    support: none
   platform:
-    support: full
-    platforms: posix
     details: Runs on the controller; it reads the nodes' results from hostvars.
 options:
   hosts:
@@ -79,6 +70,44 @@ options:
     description: Point O(report_dir)/latest at this run once every file is written.
     type: bool
     default: true
+  history:
+    description:
+      - Judge trends, version drift and baselines from the history store and record this run in it (docs/audit.md).
+        Before the report is built the history is read; after the report files are written the run is recorded. A
+        history that cannot be read or written is said in C(report.json) and the result's RV(history), never a lost
+        report.
+    type: bool
+    default: true
+  history_dir:
+    description:
+      - Directory of the history file (C(gpufleet-history.sqlite3)). Default O(report_dir)/history.
+    type: path
+  history_days:
+    description: Runs older than this many days are removed from the history after each run (0 keeps everything).
+    type: int
+    default: 400
+  baseline_reset:
+    description:
+      - Record this burn-in's figures as the nodes' new baselines (after a repair), instead of comparing with the
+        old ones.
+    type: bool
+    default: false
+  fail_task:
+    description:
+      - Fail this task (after writing the report) when the gate fails.
+      - The collection's playbooks set it to V(false) and fail in a task of their own with a short message, so the
+        end of a failing run shows the summary table once (a failed task's whole result is printed, and with it
+        RV(summary_md)). RV(gate_failed) says whether the gate failed either way.
+    type: bool
+    default: true
+    version_added: "0.2.0"
+  show_summary:
+    description:
+      - Print the summary (RV(summary_md) and where the HTML report is) as plain text while the task runs, one line
+        per node, whatever the callback's result format (as a result value it would be one long JSON string).
+    type: bool
+    default: false
+    version_added: "0.2.0"
 notes:
   - Run it once, on the controller (C(run_once) or a play on localhost).
   - Needs Jinja2 and jsonschema on the controller (both are dependencies of the project).
@@ -111,6 +140,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - kentino.gpufleet.action_plugin.report_files
 summary:
   description: Fleet counts (nodes, gpus, verdicts, gpu_verdicts, findings by severity, codes, gate).
   returned: always
@@ -130,31 +161,16 @@ failing_nodes:
   returned: always
   type: list
   elements: str
+gate_failed:
+  description: Whether the gate failed (a node at or above O(fail_on)), also when O(fail_task=false).
+  returned: always
+  type: bool
+  version_added: "0.2.0"
 config_errors:
   description: Inventory threshold variables of the wrong type, one message each naming host, variable and type.
   returned: always
   type: list
   elements: str
-run_id:
-  description: This run's id.
-  returned: always
-  type: str
-run_dir:
-  description: Directory the files were written to.
-  returned: when written
-  type: str
-html_path:
-  description: Path of report.html.
-  returned: when written
-  type: str
-md_path:
-  description: Path of report.md.
-  returned: when written
-  type: str
-json_path:
-  description: Path of report.json.
-  returned: when written
-  type: str
 junit_path:
   description: Path of junit.xml.
   returned: when written
@@ -163,6 +179,11 @@ latest:
   description: Path of the latest link, when O(latest_link=true).
   returned: when written
   type: str
+history:
+  description: The history step (enabled, path, error, recorded, previous_runs, pruned_runs).
+  returned: always
+  type: dict
+  sample: {enabled: true, path: reports/history/gpufleet-history.sqlite3, error: null, recorded: true}
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -175,6 +196,12 @@ ARGUMENT_SPEC = dict(
     fail_on=dict(type="str", choices=["fail", "warn", "never"]),
     started=dict(type="str"),
     latest_link=dict(type="bool", default=True),
+    history=dict(type="bool", default=True),
+    history_dir=dict(type="path"),
+    history_days=dict(type="int", default=400),
+    baseline_reset=dict(type="bool", default=False),
+    fail_task=dict(type="bool", default=True),
+    show_summary=dict(type="bool", default=False),
 )
 
 

@@ -23,18 +23,9 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
-attributes:
-  check_mode:
-    support: partial
-    details: In check mode gpu_burn is not run; the result is RV(verdict=skipped) with the planned command line.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
+  - kentino.gpufleet.node_module.tool_check
 options:
   duration:
     description: Seconds to burn (gpu_burn's TIME argument).
@@ -95,17 +86,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: pass, warn, fail, error or skipped.
-  returned: always
-  type: str
-  sample: fail
-reasons:
-  description: One line per finding, naming the GPU and the action.
-  returned: always
-  type: list
-  elements: str
-  sample: ["GPU 3 produced wrong results under load (6 calculation errors): faulty GPU memory or compute, RMA the card if it repeats"]
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
+  - kentino.gpufleet.node_module.tool_result
 evidence:
   description: Raw gpu_burn lines that justify the verdict.
   returned: always
@@ -180,14 +163,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
-    TOOL_DIRS,
-    VALIDATION_TOOLS_HINT,
-    exit_check,
-    missing_tool_reason,
-    node_name,
-    open_lease,
+    ToolCheck,
     planned_tool,
-    tool_section,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import parse_gpu_burn, start_missing
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import parse_query_gpu
@@ -251,23 +228,18 @@ def main():
     if params["gpus"] is not None and (not params["gpus"] or min(params["gpus"]) < 0):
         module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
     timeout = resolve_timeout(module, params["duration"] + 120)
-    lease = open_lease(module)
-    host = node_name()
+    check = ToolCheck(module, judge_gpu_burn.judge)
 
     def finish(obs):
         expected = params["expected_gpus"]
         if expected is None and obs.get("gpu_map") is not None:
             expected = len(obs["gpu_map"])
         obs["expected_gpus"] = expected
-        exit_check(module, obs, judge_gpu_burn.judge(obs, {}, host, expected_gpus=expected))
+        check.finish(obs, expected_gpus=expected)
 
-    executable = find_tool(module, "gpu_burn", params["executable"], TOOL_DIRS)
-    if executable is None and not params["executable"]:
-        executable = find_tool(module, "gpu-burn", None, TOOL_DIRS)
+    executable, missing = check.find(("gpu_burn", "gpu-burn"))
     if executable is None:
-        name = params["executable"] or "gpu_burn"
-        finish({"tool": planned_tool(build_argv(name, params),
-                                     error=missing_tool_reason(name, VALIDATION_TOOLS_HINT))})
+        finish({"tool": planned_tool(build_argv(params["executable"] or "gpu_burn", params), error=missing)})
     # Absolute: gpu_burn runs from its own directory (compare.ptx), where a relative PATH entry no longer resolves.
     executable = os.path.abspath(executable)
     argv = build_argv(executable, params)
@@ -284,9 +256,8 @@ def main():
         env["CUDA_VISIBLE_DEVICES"] = ",".join(m["uuid"] for m in mapping)
     elif params["gpus"]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in params["gpus"])
-    ran = run_tool(argv, timeout, env=env, cwd=cwd, lease=lease)
-    tool, tail = tool_section(ran)
-    obs = {"tool": tool, "output_tail": tail, "gpu_map": mapping, "gpu_map_problem": map_problem}
+    ran, obs = check.run(argv, timeout, env=env, cwd=cwd)
+    obs.update(gpu_map=mapping, gpu_map_problem=map_problem)
     if not ran.error and not ran.timed_out:
         parsed = parse_gpu_burn(ran.stdout + "\n" + ran.stderr)
         by_cuda = dict((m["cuda_index"], m) for m in mapping or [])

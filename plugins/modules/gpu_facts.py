@@ -24,20 +24,10 @@ version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
   - kentino.gpufleet.check_common
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; check mode runs the same reads.
-  diff_mode:
-    support: none
-  facts:
-    support: full
-  platform:
-    support: full
-    platforms: posix
+  - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.read_only
+  - kentino.gpufleet.node_module.facts
 options:
   include_processes:
     description:
@@ -155,87 +145,9 @@ nvidia_smi:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import (
-    COMPUTE_APPS_FIELDS,
-    parse_compute_apps,
-    parse_q,
-    parse_tool_messages,
-)
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
-    FACTS_SPEC,
-    QueryGpu,
-    gpu_problem,
-    public_problems,
-)
-from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
-
-GPU_KEYS = (
-    "index", "pci", "uuid", "serial", "name", "driver_version", "vbios", "temperature_c", "power_w", "power_limit_w",
-    "memory_used_mib", "memory_total_mib", "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max",
-    "pcie_replays", "ecc_mode", "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
-    "ecc_aggregate_uncorrected", "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending",
-    "remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure",
-    "throttle_reasons", "persistence_mode", "recovery_action", "processes",
-)
-MISSING_MESSAGE = "install the NVIDIA driver (nvidia-smi not found on PATH)"
-
-
-def _facts(gpus, driver_version, problems):
-    return {
-        "gpufleet_gpus": gpus,
-        "gpufleet_driver_version": driver_version,
-        "gpufleet_gpu_count": len(gpus),
-        "gpufleet_gpu_problems": problems,
-    }
-
-
-def _processes(executable, timeout, gpus, calls, problems, unparsed):
-    argv = [executable, "--query-compute-apps=" + ",".join(COMPUTE_APPS_FIELDS), "--format=csv,nounits"]
-    result = run_tool(argv, timeout)
-    calls.append(result.as_dict())
-    if result.error is not None or result.timed_out:
-        problems.append(gpu_problem("tool_error", "nvidia-smi --query-compute-apps %s"
-                                    % (result.error or "timed out after %ss" % timeout)))
-        return
-    parsed = parse_compute_apps(result.stdout, COMPUTE_APPS_FIELDS)
-    problems.extend(public_problems(parsed["problems"] + parse_tool_messages(result.stderr)["problems"]))
-    unparsed["compute_apps"] = parsed["unparsed"]
-    if result.rc != 0 and not parsed["processes"] and not parsed["problems"]:
-        problems.append(gpu_problem("tool_error", "nvidia-smi --query-compute-apps exited %s: %s"
-                                    % (result.rc, (result.stderr or result.stdout).strip()[:300])))
-        return
-    by_pci = {}
-    by_uuid = {}
-    for proc in parsed["processes"]:
-        entry = {"pid": proc["pid"], "name": proc["name"], "used_memory_mib": proc["used_memory_mib"]}
-        if proc["pci"]:
-            by_pci.setdefault(proc["pci"], []).append(entry)
-        elif proc["gpu_uuid"]:
-            by_uuid.setdefault(proc["gpu_uuid"], []).append(entry)
-    for gpu in gpus:
-        gpu["processes"] = by_pci.get(gpu["pci"], []) + by_uuid.get(gpu["uuid"], [])
-
-
-def _fill_from_q(executable, timeout, gpus, calls, problems, unparsed):
-    """pcie_replays, and any value the csv left null (field rejected by this driver), from the -q block of the same
-    GPU (matched by bus id). Returns the driver version -q reports."""
-    result = run_tool([executable, "-q"], timeout)
-    calls.append(result.as_dict())
-    if result.error is not None or result.timed_out:
-        problems.append(gpu_problem("tool_error", "nvidia-smi -q %s" % (result.error or "timed out after %ss" % timeout)))
-        return None
-    parsed = parse_q(result.stdout)
-    problems.extend(public_problems(parsed["problems"] + parse_tool_messages(result.stderr)["problems"]))
-    unparsed["q"] = parsed["unparsed"]
-    blocks = dict((block["pci"], block) for block in parsed["gpus"] if block["pci"])
-    for gpu in gpus:
-        block = blocks.get(gpu["pci"])
-        if block is None:
-            continue
-        for key in GPU_KEYS:
-            if gpu.get(key) is None and block.get(key) is not None:
-                gpu[key] = block[key]
-    return parsed["driver_version"]
+from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_table import MISSING_MESSAGE, facts, read_table
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import gpu_problem
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool
 
 
 def main():
@@ -254,31 +166,12 @@ def main():
         message = MISSING_MESSAGE
         if params["executable"]:
             message = "install the NVIDIA driver (nvidia-smi not found at %s)" % params["executable"]
-        module.exit_json(changed=False, ansible_facts=_facts([], None, [gpu_problem("tool_missing", message)]),
+        module.exit_json(changed=False, ansible_facts=facts([], None, [gpu_problem("tool_missing", message)]),
                          nvidia_smi=evidence)
 
-    query = QueryGpu(executable, FACTS_SPEC, params["timeout"])
-    answer = query.run()
-    evidence["calls"] = query.calls
-    evidence["rejected_fields"] = list(query.rejected)
-    evidence["unsupported_keys"] = query.unsupported_keys()
-    evidence["unparsed"]["query_gpu"] = answer["unparsed"]
-    problems = public_problems(answer["problems"])
-    gpus = []
-    for row in answer["gpus"]:
-        gpu = dict((key, row.get(key)) for key in GPU_KEYS)
-        gpu["processes"] = None
-        gpus.append(gpu)
-
-    driver_version = next((g["driver_version"] for g in gpus if g["driver_version"]), None)
-    # No readable GPU: the other calls would only repeat the same error.
-    if gpus and params["include_processes"]:
-        _processes(executable, params["timeout"], gpus, evidence["calls"], problems, evidence["unparsed"])
-    if gpus and params["include_q"]:
-        q_driver = _fill_from_q(executable, params["timeout"], gpus, evidence["calls"], problems, evidence["unparsed"])
-        driver_version = driver_version or q_driver
-    module.exit_json(changed=False, ansible_facts=_facts(gpus, driver_version, public_problems(problems)),
-                     nvidia_smi=evidence)
+    answer, evidence, _rows = read_table(executable, params["timeout"], params["include_processes"],
+                                         params["include_q"])
+    module.exit_json(changed=False, ansible_facts=answer, nvidia_smi=evidence)
 
 
 if __name__ == "__main__":

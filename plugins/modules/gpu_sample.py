@@ -28,18 +28,13 @@ version_added: "0.1.0"
 author:
   - kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.node_module
 attributes:
   check_mode:
     support: full
     details: Read-only; check mode samples as a normal run does.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   duration:
     description:
@@ -118,26 +113,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: pass, warn, fail, error or skipped, from the samples and the thresholds given as options.
-  returned: always
-  type: str
-  sample: fail
-reasons:
-  description: One line per finding, naming the host and the GPU (index and PCI address).
-  returned: always
-  type: list
-  elements: str
-  sample: ["node03 GPU 2 (0000:3a:00) PCIe link under load is gen 3 x16, max gen 5 x16 (11 samples)"]
-evidence:
-  description: The sample lines that justify the findings.
-  returned: always
-  type: list
-  elements: str
-not_run:
-  description: Why nothing was sampled, else null.
-  returned: always
-  type: str
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
 samples:
   description:
     - One entry per sample; t_s is seconds since the first sample. Each GPU has index, pci, temperature_c, power_w,
@@ -209,15 +186,6 @@ per_gpu:
       description: Sorted union of the active throttle reasons, without V(gpu_idle).
       type: list
       elements: str
-verdict:
-  description: The node's own verdict from judge_samples with the thresholds given as options (the report recomputes it).
-  returned: always
-  type: str
-reasons:
-  description: One line per finding.
-  returned: always
-  type: list
-  elements: str
 evidence:
   description: The sample lines that justify the findings.
   returned: always

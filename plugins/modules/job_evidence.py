@@ -29,16 +29,8 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Read-only; check mode runs the same reads.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
+  - kentino.gpufleet.node_module
+  - kentino.gpufleet.node_module.read_only
 options:
   logs:
     description: Log files of the job on this node (paths or globs, plain or gzip), e.g. the files of C(torchrun --tee).
@@ -189,6 +181,7 @@ notes:
   elements: str
 """
 
+import datetime
 import os
 import re
 import time
@@ -202,79 +195,40 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.job_sources impor
     read_log_file,
     scan_processes,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log import XidScanner
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu, public_problems
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError, read_kernel_log
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu, public_problems, spec
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
-from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool
 
 _LOST_ROW = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)")
-GPU_SPEC = (
-    ("index", ("index",)),
-    ("pci", ("pci.bus_id",)),
-    ("uuid", ("uuid",)),
-    ("name", ("name",)),
-    ("throttle_reasons", ("clocks_event_reasons.active", "clocks_throttle_reasons.active")),
-)
-
-
-def _boot_time():
-    try:
-        with open("/proc/stat") as fh:
-            for line in fh:
-                if line.startswith("btime "):
-                    import datetime
-                    return datetime.datetime.fromtimestamp(int(line.split()[1]), datetime.timezone.utc)
-    except (IOError, OSError, ValueError, IndexError):
-        pass
-    return None
+GPU_SPEC = spec("index", "pci", "uuid", "name", "throttle_reasons")
 
 
 def read_kernel(module, mode, since, until, timeout):
-    """XID events of the kernel log in [since, until] (journal across boots, else dmesg of this boot)."""
+    """XID events of the kernel log in [since, until] (journal across boots, else dmesg of this boot). Never fails the
+    module: what could not be read is in `error`."""
     out = {"source": "none", "error": None, "events": [], "lost_gpus": [], "gpu_ids": {}, "unparsed": {},
            "tool": None}
     if mode == "none":
         return out
-    scanner = None
-    jexe = find_tool(module, "journalctl") if mode in ("auto", "journal") else None
-    if jexe:
-        window = ["--since=@%d" % int(since)] if since is not None else ["-b"]
-        if until is not None:
-            window.append("--until=@%d" % (int(until) + 1))
-        argv = [jexe, "-o", "json", "--no-pager", "--all", "--grep=NVRM"] + window + ["_TRANSPORT=kernel"]
-        res = run_tool(argv, timeout)
-        if res.rc not in (0, None) and not res.timed_out and "grep" in (res.stderr or ""):
-            res = run_tool([a for a in argv if a != "--grep=NVRM"], timeout)
-        out["tool"] = res.as_dict()
-        if not res.error and not res.timed_out and (res.rc == 0 or (res.rc == 1 and not res.stdout.strip())):
-            scanner = XidScanner(max_events=2000)
-            for line in res.stdout.splitlines():
-                scanner.feed_journal_line(line)
-            out["source"] = "journal"
-        else:
-            out["error"] = ("journalctl failed (%s): %s. Fix: run with become: true (the kernel log needs root)"
-                            % (res.error or ("timed out" if res.timed_out else "rc %s" % res.rc),
-                               (res.stderr or "").strip()[-300:]))
-    if scanner is None and mode in ("auto", "dmesg"):
-        dexe = find_tool(module, "dmesg")
-        if dexe:
-            res = run_tool([dexe], timeout)
-            out["tool"] = res.as_dict()
-            if res.rc == 0 and not res.timed_out:
-                scanner = XidScanner(max_events=2000, boot_time=_boot_time())
-                for line in res.stdout.splitlines():
-                    scanner.feed_line(line)
-                out["source"], out["error"] = "dmesg", None
-            else:
-                out["error"] = ((out["error"] + "; " if out["error"] else "") + "dmesg failed (rc %s): %s. Fix: run "
-                                "with become: true (kernel.dmesg_restrict)" % (res.rc, (res.stderr or "").strip()[-200:]))
-        elif out["error"] is None:
-            out["error"] = "neither journalctl nor dmesg found: no XIDs read. Fix: install util-linux or systemd"
-    if scanner is not None:
-        facts = scanner.result()
-        out.update({"events": facts["events"], "lost_gpus": facts["lost_gpus"], "gpu_ids": facts["gpu_ids"],
-                    "unparsed": facts["unparsed"]})
+    try:
+        read = read_kernel_log(
+            mode, journalctl=find_tool(module, "journalctl") if mode in ("auto", "journal") else None,
+            dmesg=find_tool(module, "dmesg") if mode in ("auto", "dmesg") else None,
+            since=_aware(since), until=_aware(until), timeout_s=timeout, scanner_options={"max_events": 2000})
+    except ReadError as exc:
+        out["error"] = "; ".join(exc.notes + [str(exc)])
+        out["tool"] = exc.tool
+        return out
+    facts = read.facts()
+    out.update({"source": read.source, "tool": read.tool.as_dict() if read.tool is not None else None,
+                "events": facts["events"], "lost_gpus": facts["lost_gpus"], "gpu_ids": facts["gpu_ids"],
+                "unparsed": facts["unparsed"]})
     return out
+
+
+def _aware(epoch):
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc) if epoch is not None else None
 
 
 def read_gpus(module, timeout):

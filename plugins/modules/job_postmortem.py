@@ -40,22 +40,11 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
 attributes:
-  action:
-    support: full
-    details: An action plugin on the controller; the module file only documents it.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
   check_mode:
     support: full
     details: Read-only; check mode runs the same reads.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   hosts:
     description: The job's nodes. Default C(ansible_play_hosts_all) of the play the task runs in.
@@ -106,8 +95,10 @@ options:
     type: int
     default: 1024
 notes:
-  - Per host, the inventory variables C(gpufleet_psu_rails) (PSU rail -> GPU indices) and
-    C(gpufleet_cuda_visible_devices) (the job's CUDA_VISIBLE_DEVICES when no worker is alive to read it from) are used.
+  - Per host, the XID thresholds of the fleet report (C(gpufleet_psu_rails), C(gpufleet_psu_loss_window_s), the XID
+    lists and C(gpufleet_xid_severity_overrides)); the XIDs of the window are judged by the same judge with the same
+    numbers, so the findings and actions match the fleet report's. And C(gpufleet_cuda_visible_devices) (the job's
+    CUDA_VISIBLE_DEVICES when no worker is alive to read it from).
   - Needs Jinja2 and jsonschema on the controller (dependencies of the project). Check mode analyses without writing.
 seealso:
   - module: kentino.gpufleet.job_evidence
@@ -135,6 +126,8 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+extends_documentation_fragment:
+  - kentino.gpufleet.action_plugin.report_files
 verdict:
   description: kind (hardware, software, rank, tie, undetermined, no_hang_found), confidence, rank(s), host, gpu, pci,
     message, action, evidence.
@@ -148,26 +141,6 @@ findings:
   description: Findings by severity.
   returned: always
   type: dict
-run_id:
-  description: This post-mortem's id.
-  returned: always
-  type: str
-run_dir:
-  description: Directory the files were written to.
-  returned: when written
-  type: str
-json_path:
-  description: Path of postmortem.json.
-  returned: when written
-  type: str
-md_path:
-  description: Path of postmortem.md.
-  returned: when written
-  type: str
-html_path:
-  description: Path of postmortem.html.
-  returned: when written
-  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

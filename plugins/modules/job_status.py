@@ -18,7 +18,7 @@ description:
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.node_module
 options:
   jid:
     description: The async job id (C(ansible_job_id) of the task started with C(poll 0)).
@@ -41,16 +41,7 @@ options:
     type: path
   run_id:
     description: The run whose lease to refresh.
-    type: str
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
-"""
+    type: str"""
 
 EXAMPLES = r"""
 # Playbooks use the kentino.gpufleet.job_wait action, which calls this module on every poll:

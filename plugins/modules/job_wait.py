@@ -18,7 +18,9 @@ description:
     the check with C(async) and C(poll 0), then wait with this action.
   - Each poll is one round trip that waits on the node for up to O(poll) seconds (M(kentino.gpufleet.job_status)), so a
     600 s burn costs about 20 round trips instead of one every few seconds, and no C(FAILED - RETRYING) line is
-    printed. Progress shows as one line per node every O(progress_every) seconds (elapsed / planned seconds).
+    printed. Progress shows as one line per node every O(progress_every) seconds. Every node prints at the same
+    multiples of O(progress_every) with its name padded to the longest of the play, so each round reads as one
+    aligned block (elapsed of planned time and percent, or how far past the plan).
   - A node that dies during the wait is C(UNREACHABLE) at once (the SSH keepalive notices within about 45 s), never
     after the async timeout.
   - Every poll refreshes the run's lease on the node. When the controller stops polling (Ctrl-C, a dead controller),
@@ -29,6 +31,7 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
 options:
   job:
     description:
@@ -63,21 +66,6 @@ options:
   run_id:
     description: The run whose lease to refresh.
     type: str
-attributes:
-  action:
-    support: full
-    details: An action plugin on the controller; the module file only documents it.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Runs as an action plugin on the controller and calls M(kentino.gpufleet.job_status) on the node.
 """

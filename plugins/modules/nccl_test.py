@@ -24,18 +24,12 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.node_module.tool_check
 attributes:
   check_mode:
-    support: partial
     details: In check mode neither the test nor nvidia-smi is run; the result is RV(verdict=skipped).
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   min_bytes:
     description: Smallest message size (C(-b)), bytes with an optional K, M or G suffix.
@@ -128,16 +122,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: pass, warn, fail, error or skipped.
-  returned: always
-  type: str
-  sample: pass
-reasons:
-  description: One line per finding with the action.
-  returned: always
-  type: list
-  elements: str
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
+  - kentino.gpufleet.node_module.tool_result
 evidence:
   description: Raw lines that justify the verdict (failure lines, rows with wrong values, the largest-size rows).
   returned: always
@@ -212,13 +199,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options imp
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
     TOOL_DIRS,
-    VALIDATION_TOOLS_HINT,
-    exit_check,
-    missing_tool_reason,
-    node_name,
-    open_lease,
+    ToolCheck,
     planned_tool,
-    tool_section,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_tests_output import parse_nccl_tests
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
@@ -300,26 +282,20 @@ def main():
         module.fail_json(msg="env names must be shell-style variable names, got %r" % (bad_env,))
     env = dict((str(k), str(v)) for k, v in params["env"].items())
     mpirun = params["launcher"] == "mpirun"
-    t = thresholds(params)
-    host = node_name()
-    lease = open_lease(module)
-
-    def finish(observations):
-        exit_check(module, observations, judge_nccl.judge(observations, t, host))
-
-    test_binary = find_tool(module, "all_reduce_perf", params["executable"], TOOL_DIRS)
-    launcher = find_tool(module, "mpirun", None, TOOL_DIRS) if mpirun else None
+    check = ToolCheck(module, judge_nccl.judge, thresholds(params))
+    finish = check.finish
+    test_binary, missing = check.find(("all_reduce_perf",))
+    launcher, no_launcher = check.find(("mpirun",), "install Open MPI (openmpi-bin) or use launcher=none",
+                                       option=None) if mpirun else (None, None)
     gpus, np = params["gpus_per_process"], params["np"]
     # Until the GPUs are counted, the planned argv says so instead of guessing a number.
     planned = build_argv(params, test_binary or params["executable"] or "all_reduce_perf",
                          gpus or ("1" if mpirun else "<all visible GPUs>"), np or "<all visible GPUs>",
                          launcher or "mpirun")
     if test_binary is None:
-        finish({"tool": planned_tool(planned, error=missing_tool_reason(
-            params["executable"] or "all_reduce_perf", VALIDATION_TOOLS_HINT))})
+        finish({"tool": planned_tool(planned, error=missing)})
     if mpirun and launcher is None:
-        finish({"tool": planned_tool(planned, error=missing_tool_reason(
-            "mpirun", "install Open MPI (openmpi-bin) or use launcher=none"))})
+        finish({"tool": planned_tool(planned, error=no_launcher)})
     if module.check_mode:
         # Nothing runs in check mode, nvidia-smi included.
         finish({"tool": planned_tool(planned), "not_run": "check mode: nccl-tests not run"})
@@ -331,9 +307,7 @@ def main():
         np = np or count
     argv = build_argv(params, test_binary, gpus, np, launcher)
 
-    ran = run_tool(argv, params["timeout"], env=env, lease=lease)
-    tool, tail = tool_section(ran)
-    observations = {"tool": tool, "output_tail": tail}
+    ran, observations = check.run(argv, params["timeout"], env=env)
     if not ran.error and not ran.timed_out:
         observations.update(parse_nccl_tests(ran.stdout + "\n" + ran.stderr))
     finish(observations)

@@ -22,7 +22,7 @@ description:
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+  - kentino.gpufleet.node_module
 options:
   state_dir:
     description: The node's gpufleet state directory.
@@ -37,13 +37,7 @@ options:
 attributes:
   check_mode:
     support: full
-    details: In check mode nothing is stopped; the result lists what would be.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
-"""
+    details: In check mode nothing is stopped; the result lists what would be."""
 
 EXAMPLES = r"""
 - name: Stop what an interrupted run left behind

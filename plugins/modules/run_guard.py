@@ -26,6 +26,7 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
 options:
   hosts:
     description: The hosts the run will target (their variables are checked).
@@ -43,23 +44,7 @@ options:
     description: More C(gpufleet_*) variable names to accept (a site's own).
     type: list
     elements: str
-    default: []
-attributes:
-  action:
-    support: full
-    details: An action plugin on the controller; the module file only documents it.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
-"""
+    default: []"""
 
 EXAMPLES = r"""
 - name: Check the run

@@ -29,17 +29,11 @@ description:
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
   - kentino.gpufleet.check_common
+  - kentino.gpufleet.node_module.tool_check
 attributes:
   check_mode:
-    support: partial
     details: In check mode torchrun is not started; the result is RV(verdict=skipped).
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 options:
   entrypoint:
     description:
@@ -129,16 +123,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-verdict:
-  description: pass, warn, fail, error or skipped.
-  returned: always
-  type: str
-  sample: fail
-reasons:
-  description: One line per finding, naming the rank and GPU and what to do.
-  returned: always
-  type: list
-  elements: str
+extends_documentation_fragment:
+  - kentino.gpufleet.node_module.check_result
+  - kentino.gpufleet.node_module.tool_result
 evidence:
   description: Raw output lines that justify the verdict (result lines, watchdog lines, the elastic summary).
   returned: always
@@ -203,11 +190,6 @@ leftover_pids_killed:
   returned: always
   type: list
   elements: int
-output_tail:
-  description: Last lines of the combined output, for failures no parser recognised.
-  returned: always
-  type: list
-  elements: str
 notes:
   description: How O(nproc_per_node) was chosen and other context.
   returned: always
@@ -296,16 +278,24 @@ def _sweep(marker):
     return killed
 
 
+def _rank_payloads(text):
+    """(JSON text, parsed object or None) for every marker in the output. Ranks share one pipe, and print() in an
+    unbuffered Python writes the line and its newline apart: two ranks' lines can run together on one line."""
+    decoder = json.JSONDecoder()
+    for chunk in text.split(RESULT_MARKER)[1:]:
+        try:
+            data, _end = decoder.raw_decode(chunk)
+        except ValueError:
+            data = None
+        yield RESULT_MARKER + chunk.split("\n", 1)[0], data
+
+
 def _rank_results(text, unparsed):
     ranks = {}
-    for line in text.splitlines():
-        idx = line.find(RESULT_MARKER)
-        if idx < 0:
-            continue
+    for line, data in _rank_payloads(text):
         try:
-            data = json.loads(line[idx + len(RESULT_MARKER):])
             rank = int(data["rank"])
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError, ValueError):
             unparsed.append(line[:300])
             continue
         errors = [str(e) for e in data.get("errors") or []]

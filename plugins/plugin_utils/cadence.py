@@ -20,7 +20,7 @@ resumes from the last complete checkpoint. Daly 2006 gives a higher-order optimu
 from Young's by a few percent and is shown for reference.
 
 The failure rate is the inventory's gpufleet_failure_gpu_hours when set; else the fleet's own rate from the audit
-history store when there is one (see failure_rate and HISTORY_INTERFACE); else the constant below.
+history when there is one (failure_rate, history.failure_observations); else the constant below.
 """
 
 from __future__ import annotations
@@ -28,9 +28,6 @@ from __future__ import annotations
 import math
 
 DEFAULT_GPU_HOURS_PER_FAILURE = 50000.0
-# The history store's side of the contract (plugins/plugin_utils/history.py, kentino.gpufleet's audit history):
-HISTORY_INTERFACE = ("failure_observations(history_dir: str, days: int) -> {\"failures\": int, \"gpu_hours\": float, "
-                     "\"window_days\": float} or None")
 HISTORY_DAYS = 90
 SETTINGS = ("gpufleet_cadence_gpus", "gpufleet_failure_gpu_hours", "gpufleet_restart_min", "gpufleet_gpu_hour_price")
 
@@ -139,22 +136,17 @@ def failure_rate(inventory_value=None, history=None, default=DEFAULT_GPU_HOURS_P
 
 
 def history_observations(history_dir, days=HISTORY_DAYS):
-    """The history store's failure observations, or (None, why). The store is optional: without it (or without the
-    function of HISTORY_INTERFACE) the plan uses the inventory's or the default rate."""
+    """The history's failure observations, or (None, why): without a history the plan uses the inventory's or the
+    default rate, and a broken history never loses the report."""
     if not history_dir:
         return None, "no gpufleet_history_dir"
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils import history
+
     try:
-        from ansible_collections.kentino.gpufleet.plugins.plugin_utils import history  # the audit history store
-    except ImportError:
-        return None, "no history store in this collection"
-    observe = getattr(history, "failure_observations", None)
-    if observe is None:
-        return None, "the history store has no failure_observations()"
-    try:
-        obs = observe(history_dir, days)
-    except Exception as exc:  # a broken history must not lose the report
-        return None, "the history store failed: %s" % exc
-    return obs, None if obs else "no observations in the history"
+        obs = history.failure_observations(history_dir, days)
+    except Exception as exc:  # noqa: BLE001 (a damaged or foreign file, a newer schema: said in the plan's notes)
+        return None, "the history could not be read: %s" % exc
+    return obs, None if obs else "no GPU-hours in the history yet"
 
 
 def write_time_from_report(report):
@@ -188,17 +180,18 @@ def settings_from(hostdata):
     return out
 
 
-def report_section(report, hostdata=None, history=None):
+def report_section(report, hostdata=None, history=None, history_dir=None):
     """The report's `cadence` section from report.json's figures and the inventory's settings (hostdata: the
     gpufleet_* variables per host, as the fleet report reads them). history: observations, or None to ask the store
-    at the inventory's gpufleet_history_dir."""
+    in history_dir (the report's history step), else at the inventory's gpufleet_history_dir."""
     from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULTS
 
     s = settings_from(hostdata or {})
     notes = []
     if history is None:
-        history, why = history_observations(s.get("gpufleet_history_dir"))
-        if why and s.get("gpufleet_history_dir"):
+        history_dir = history_dir or s.get("gpufleet_history_dir")
+        history, why = history_observations(history_dir)
+        if why and history_dir:
             notes.append(why)
     default = DEFAULTS.get("gpufleet_failure_gpu_hours") or DEFAULT_GPU_HOURS_PER_FAILURE
     rate, rate_source = failure_rate(s.get("gpufleet_failure_gpu_hours"), history, default)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, render_svg
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, render_svg, report_format
 
 TEMPLATES = Path(__file__).with_name("templates")
 VERDICT_ORDER = ("pass", "warn", "error", "fail", "unreachable")
@@ -20,20 +20,17 @@ def _environment():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = _fmt
+    env.filters["count"] = report_format.count
     return env, Markup
 
 
 def _fmt(value, digits=1):
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return ("%." + str(digits) + "f") % value if not value.is_integer() else "%d" % value
-    return str(value)
+    return report_format.number(value, digits)
 
 
 def _node_charts(node, markup):
     series = node.get("series") or {}
-    labels = {str(g["index"]): "GPU %s" % g["index"] for g in node["gpus"]}
+    labels = {str(g["index"]): "GPU %s" % report_format.count(g["index"]) for g in node["gpus"]}
     charts = {}
     temps = series.get("temperature_c") or {}
     limit = series.get("temperature_limit_c")
@@ -42,13 +39,15 @@ def _node_charts(node, markup):
         threshold_label="limit %s °C" % _fmt(limit) if limit is not None else None, labels=labels))
     gflops = series.get("gflops") or {}
     if gflops:
-        charts["throughput"] = markup(render_svg.line_chart(gflops, "gpu-burn throughput", "Gflop/s", "% of burn",
-                                                            labels=labels))
+        # Gflop/s over the burn per GPU: a GPU that drops out or throttles shows where it happened.
+        charts["throughput"] = markup(render_svg.line_chart(gflops, "gpu-burn Gflop/s over the burn", "Gflop/s",
+                                                            "% of burn", labels=labels))
     else:
-        rows = [{"label": "GPU %s" % g["index"], "value": g["metrics"].get("burn_gflops"), "verdict": g["verdict"],
-                 "note": "mean %s Gflop/s, max %s" % (_fmt(g["metrics"].get("burn_gflops")),
-                                                       _fmt(g["metrics"].get("burn_gflops_max")))}
-                for g in node["gpus"] if g["metrics"].get("burn_gflops") is not None]
+        rows = [{"label": "GPU %s" % report_format.count(g["index"]), "value": g["metrics"].get("burn_gflops"),
+                 "verdict": g["verdict"], "note": "mean %s Gflop/s, max %s" % (
+                     _fmt(g["metrics"].get("burn_gflops")), _fmt(g["metrics"].get("burn_gflops_max")))}
+                for g in node["gpus"] if g["metrics"].get("burn_gflops") is not None
+                and report_format.lost_finding(g) is None]
         charts["throughput"] = markup(render_svg.hbar_chart(rows, "gpu-burn throughput per GPU (mean)", "Gflop/s"))
     return charts
 
@@ -63,6 +62,19 @@ def _busbw_rows(nodes):
         rows.append({"label": node["host"], "value": fig.get("busbw_gbps"), "threshold": fig.get("min_busbw_gbps"),
                      "verdict": check["verdict"], "note": str(fig.get("threshold_source") or "")})
     return rows
+
+
+def _history(node, markup):
+    """The trend view of one node: corrected ECC per day per GPU over the history (the curve that shows the slow
+    leak accelerating), the previous run and the changes since. None when the run had no history."""
+    hist = node.get("history")
+    if not hist:
+        return None
+    labels = {str(g["index"]): "GPU %s" % g["index"] for g in node["gpus"]}
+    chart = render_svg.line_chart(hist.get("ecc_per_day") or {}, "Corrected ECC errors per day (history)",
+                                  "/day", "days before this run", labels=labels)
+    return {"ecc_chart": markup(chart) if chart else None, "previous": hist.get("previous"),
+            "changes": hist.get("changes") or []}
 
 
 def render(report):
@@ -80,6 +92,11 @@ def render(report):
         "busbw_rows": _busbw_rows(nodes),
         "timeline": markup(render_svg.xid_timeline(nodes)),
         "charts": {n["host"]: _node_charts(n, markup) for n in nodes},
+        "history": {n["host"]: _history(n, markup) for n in nodes},
         "summary_md": render_md.summary_table(report),
+        "times": report_format.run_times(report),
+        # {host: {gpu index: the finding that says it is lost}}: such a card shows LOST, never an older figure.
+        "lost": {n["host"]: {g["index"]: f for g in n["gpus"] for f in [report_format.lost_finding(g)] if f}
+                 for n in nodes},
     }
     return env.get_template("report.html.j2").render(**context)

@@ -5,6 +5,13 @@ findings with evidence. summary_table() is also what the action returns as summa
 
 from __future__ import annotations
 
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report_format import (
+    count,
+    lost_finding,
+    number,
+    run_times,
+)
+
 _ICON = {"pass": "PASS", "warn": "WARN", "error": "ERROR", "fail": "FAIL", "unreachable": "UNREACHABLE",
          "skipped": "skipped"}
 
@@ -18,9 +25,18 @@ def _cell(text, limit=160):
 
 def counts_line(report):
     s = report["summary"]
-    parts = ["%d %s" % (s["verdicts"].get(v, 0), v) for v in ("pass", "warn", "fail", "error", "unreachable")
+    parts = ["%s %s" % (count(s["verdicts"].get(v, 0)), v) for v in ("pass", "warn", "fail", "error", "unreachable")
              if s["verdicts"].get(v, 0)]
-    return "%d node(s), %d GPU(s): %s" % (s["nodes"], s["gpus"], ", ".join(parts) or "none")
+    return "%s node(s), %s GPU(s): %s" % (count(s["nodes"]), count(s["gpus"]), ", ".join(parts) or "none")
+
+
+def gate_line(report):
+    """The gate's outcome; an interrupted run's report never claims the gate passed (it applied none)."""
+    gate = report["summary"]["gate"]
+    if report.get("interrupted"):
+        return "Gate: not applied (the run was interrupted before it finished; rerun for a verdict)"
+    return "Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"])) if gate["failed"]
+                                      else "passed")
 
 
 def summary_table(report):
@@ -31,19 +47,23 @@ def summary_table(report):
             _cell(node["host"]), _ICON.get(node["verdict"], node["verdict"]), _cell(node.get("stage")),
             _cell(("%s: %s" % (worst["code"], worst["message"])) if worst else "no findings"),
             _cell(node.get("action") or "none")))
-    gate = report["summary"]["gate"]
-    footer = "Gate (fail_on=%s): %s" % (
-        gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"])) if gate["failed"] else "passed")
+    footer = gate_line(report)
     title = "Fleet report %s%s: %s" % (report["run_id"], " (INTERRUPTED: what the run had when it stopped)"
                                        if report.get("interrupted") else "", counts_line(report))
     return "\n".join([title, ""] + lines + ["", footer])
 
 
 def render(report):
-    out = ["# GPU fleet report %s%s" % (report["run_id"], " (interrupted)" if report.get("interrupted") else ""), "",
-           "- playbook: %s" % (report.get("playbook") or "-"),
-           "- started: %s, finished: %s" % (report["started"], report["finished"]),
-           "- %s" % counts_line(report), "", "## Summary", "", summary_table(report), ""]
+    times = run_times(report)
+    took = " (took %s)" % times["duration"] if times["duration"] else ""
+    out = ["# GPU fleet report %s%s" % (report["run_id"], " (INTERRUPTED)" if report.get("interrupted") else ""), ""]
+    if report.get("interrupted"):
+        out += ["> **Interrupted run.** The run stopped before it finished: this report holds what it had found by "
+                "then. Nodes marked `RUN_INTERRUPTED` did not finish their checks and the gate was not applied. Rerun "
+                "for a complete report.", ""]
+    out += ["- playbook: %s" % (report.get("playbook") or "-"),
+            "- started: %s, finished: %s%s" % (times["started"], times["finished"], took),
+            "- %s" % counts_line(report), "", "## Summary", "", summary_table(report), ""]
     if report.get("cadence"):
         from ansible_collections.kentino.gpufleet.plugins.plugin_utils.cadence import markdown
 
@@ -53,19 +73,25 @@ def render(report):
         if node.get("stage"):
             out.append("Stage reached: `%s`" % node["stage"])
             out.append("")
+        lost = [(g, lost_finding(g)) for g in node.get("gpus") or []]
+        lost = [(g, f) for g, f in lost if f is not None]
+        if lost:
+            out += ["Lost GPUs: %s" % ", ".join("GPU %s (%s) LOST: %s" % (count(g["index"]), g.get("pci") or "PCI unknown",
+                                                                           f["code"]) for g, f in lost), ""]
         checks = node.get("checks") or {}
         if checks:
             out += ["| check | verdict | figures |", "|---|---|---|"]
             for name in sorted(checks):
                 check = checks[name]
-                figures = ", ".join("%s=%s" % (k, v) for k, v in sorted(check["figures"].items()) if v is not None)
+                figures = ", ".join("%s=%s" % (k, number(v)) for k, v in sorted(check["figures"].items())
+                                    if v is not None)
                 out.append("| %s | %s | %s |" % (_cell(name), _ICON.get(check["verdict"], check["verdict"]),
                                                  _cell(figures, 240)))
             out.append("")
         if not node["findings"]:
             out += ["No findings.", ""]
         for f in node["findings"]:
-            where = " GPU %s" % f["gpu"] if f.get("gpu") is not None else ""
+            where = " GPU %s" % count(f["gpu"]) if f.get("gpu") is not None else ""
             out.append("- **%s** `%s`%s: %s  " % (f["severity"].upper(), f["code"], where, " ".join(f["message"].split())))
             out.append("  Action: %s" % " ".join(f["action"].split()))
             if f["evidence"]:

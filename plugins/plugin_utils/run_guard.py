@@ -35,12 +35,20 @@ PLAYBOOK_VARS = {
     "gpufleet_environment": "environment the plays apply on the nodes (the simulated fleet's tools)",
     "gpufleet_ssh_extra_args": "SSH arguments the playbooks use (keepalive so a dead node is noticed)",
     "gpufleet_train_home": "home directory whose login profile the environment check reads (default: the user's)",
+    "gpufleet_history_enabled": "judge trends, drift and baselines from the history and record the run (default true)",
+    "gpufleet_history_dir": "directory of the history file (default <gpufleet_report_dir>/history)",
+    "gpufleet_history_days": "runs older than this many days leave the history (default 400)",
+    "gpufleet_baseline_reset": "record this burn-in's figures as the nodes' new baselines (after a repair)",
+    "gpufleet_site_vars": "a site's own variable names that start with gpufleet_ (accepted by this check)",
+    "gpufleet_show_summary": "print the report's summary table at the end of the run (default true; the gpufleet "
+                             "command prints its own)",
 }
 # Set by the run itself (facts, registered results): never an inventory typo.
 RUNTIME_VARS = ("gpufleet_stage", "gpufleet_completed", "gpufleet_refused_reason", "gpufleet_run",
                 "gpufleet_run_id", "gpufleet_run_started", "gpufleet_xid_before", "gpufleet_stage_failures",
                 "gpufleet_interrupted", "gpufleet_report", "gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_xid",
-                "gpufleet_driver_version", "gpufleet_gpu_problems", "gpufleet_pci_gpus", "gpufleet_training_env")
+                "gpufleet_driver_version", "gpufleet_gpu_problems", "gpufleet_pci_gpus", "gpufleet_training_env",
+                "gpufleet_nvlink", "gpufleet_nvlink_before")
 RUNTIME_PREFIXES = ("gpufleet_result_", "gpufleet_sim_", "gpufleet_provision_")
 
 
@@ -49,8 +57,20 @@ def role_spec():
         return yaml.safe_load(fh)["argument_specs"]["main"]["options"]
 
 
+def collection_role_options():
+    """Every option of every role of the collection: an inventory that provisions its nodes sets them next to the
+    checks' variables (gpufleet_node_exporter_* start with gpufleet_ too)."""
+    names = set()
+    for spec in sorted((COLLECTION / "roles").glob("*/meta/argument_specs.yml")):
+        with open(spec) as fh:
+            for entry in (yaml.safe_load(fh) or {}).get("argument_specs", {}).values():
+                names.update((entry or {}).get("options") or {})
+    return names
+
+
 def known_names():
-    return set(role_spec()) | set(THRESHOLDS) | set(PLAYBOOK_VARS) | set(RUNTIME_VARS)
+    return (set(role_spec()) | collection_role_options() | set(THRESHOLDS) | set(PLAYBOOK_VARS)
+            | set(RUNTIME_VARS))
 
 
 def unknown_variables(host, names, known=None):
@@ -63,7 +83,7 @@ def unknown_variables(host, names, known=None):
         close = difflib.get_close_matches(name, sorted(known), n=2, cutoff=0.75)
         hint = " (did you mean %s?)" % " or ".join(close) if close else ""
         errors.append("host %s: unknown variable %s%s: it would be ignored and the default used; fix its name in the "
-                      "inventory or -e" % (host, name, hint))
+                      "inventory or -e (a variable of your own: list it in gpufleet_site_vars)" % (host, name, hint))
     return errors
 
 

@@ -17,12 +17,22 @@ TOOLS = {
     "smartctl": "storage",
     "torchrun": "torchrun",
     "mpirun": "mpirun",
+    "systemctl": "services",
+    "dpkg-query": "services",
 }
 
 
 def main(tool=None, argv=None):
     tool = tool or os.path.basename(sys.argv[0])
     argv = sys.argv[1:] if argv is None else argv
+    if TOOLS.get(tool) == "services":
+        # The fabric manager's queries only; anything else goes to the real tool, with or without a scenario.
+        from . import services
+        try:
+            return services.main(tool, argv)
+        except ScenarioError as exc:
+            sys.stderr.write("%s (gpufleet-sim stand-in): %s\n" % (tool, exc))
+            return 2
     if tool == "mpirun":
         # mpirun needs no node: it only launches its program (which is itself a stand-in).
         from . import mpirun

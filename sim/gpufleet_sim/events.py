@@ -8,7 +8,6 @@ loads at least one of its GPUs reaches `at.burn_fraction`. Kinds:
   errors    the burn sees `count` wrong results on the GPU (silent corruption): WARNING!, then FAULTY
 """
 
-import time
 
 from . import klog
 
@@ -27,7 +26,7 @@ def pending(node, gpus, kinds=None):
 
 def fire(node, event_id, ev, targets, when=None):
     """Apply one event to the node's state and kernel log. Returns the GPU indices it took off the bus."""
-    when = time.time() if when is None else when
+    when = node.now() if when is None else when
     with node.lock():
         fired = node.read_json("fired.json", []) or []
         if event_id in fired:

@@ -7,6 +7,8 @@ Per-GPU scenario overrides (scenario["gpus"]["3"]) replace any model fact used h
 import math
 import time
 
+from . import leak as leak_mod
+
 HEAT_TAU_S = 90.0  # simulated seconds for the die to approach its load temperature
 COOL_TAU_S = 60.0
 
@@ -25,6 +27,9 @@ class View:
         self.history = node.load_history()
         self.lost = node.lost()
         self.sim_elapsed_h = node.sim_elapsed_s(self.now) / 3600.0
+        # The node's clock (timestamps the tools print) and its simulated day (what follows `gpufleet-sim clock`).
+        self.clock_now = self.now + node.clock_offset_s()
+        self.clock_day = node.clock_days()
 
     def load_of(self, index):
         for rec in self.loads:
@@ -139,15 +144,24 @@ class View:
         uncorrected = int(cfg.get("uncorrected_volatile", 0))
         hist = {"max": gpu.get("remap_banks", 0), "high": 0, "partial": 0, "low": 0, "none": 0}
         hist.update(cfg.get("remap_histogram", {}))
+        leak = {"corrected": 0, "uncorrected": 0, "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0,
+                "remapped_rows_pending": False}
+        if isinstance(gpu.get("ecc_leak"), dict):
+            leak = leak_mod.counters(gpu["ecc_leak"], self.clock_day, int(gpu.get("remap_banks", 0)))
+            hist = leak["histogram"]
+        corrected += leak["corrected"]
+        uncorrected += leak["uncorrected"]
         return {
             "corrected_volatile": corrected,
             "uncorrected_volatile": uncorrected,
             "corrected_aggregate": int(cfg.get("aggregate_corrected_base", 0)) + corrected,
             "uncorrected_aggregate": int(cfg.get("aggregate_uncorrected_base", 0)) + uncorrected,
             "sram_corrected_share": 0.1,
-            "remapped_rows_correctable": int(cfg.get("remapped_rows_correctable", 0)),
-            "remapped_rows_uncorrectable": int(cfg.get("remapped_rows_uncorrectable", 0)),
-            "remapped_rows_pending": bool(cfg.get("remapped_rows_pending", False)),
+            "remapped_rows_correctable": int(cfg.get("remapped_rows_correctable", 0))
+            + leak["remapped_rows_correctable"],
+            "remapped_rows_uncorrectable": int(cfg.get("remapped_rows_uncorrectable", 0))
+            + leak["remapped_rows_uncorrectable"],
+            "remapped_rows_pending": bool(cfg.get("remapped_rows_pending", False)) or leak["remapped_rows_pending"],
             "remapped_rows_failure": bool(cfg.get("remapped_rows_failure", False)),
             "remap_histogram": hist,
             "retired_sbe": int(cfg.get("retired_pages_sbe", 0)),

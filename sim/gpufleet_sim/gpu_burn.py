@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 
-from . import events, nvidia_smi
+from . import events, fabric, nvidia_smi
 from .gpu import View
 
 OPS_PER_MUL = 1100048498688
@@ -161,6 +161,9 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
     out.flush()
     if not devices:
         err.write("Couldn't init CUDA: no CUDA-capable device is detected\nNo CUDA devices\n")
+        return ENODEV
+    if not fabric.ready(node):
+        err.write("Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): %s\n" % fabric.NOT_READY)
         return ENODEV
     if opts["device"] > -1:
         if opts["device"] >= len(devices):

@@ -15,12 +15,13 @@ import re
 import sys
 import time
 
-from . import klog
+from . import klog, leak
 
 LEVELS = ["emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"]
 
 
 def main(node, tool, argv, out=sys.stdout, err=sys.stderr):
+    leak.materialize(node)  # the leak's XID lines due by the node's clock
     if tool == "dmesg":
         return dmesg(node, argv, out, err)
     return journalctl(node, argv, out, err)

@@ -1,7 +1,10 @@
 """GPU models the scenarios can name: the per-model facts the stand-ins answer with (and thresholds key on).
 
 Numbers are typical for the part, not measurements of one card: idle/load temperature and power, PCIe link, the
-FP32 Gflop/s gpu_burn shows, the single-node NCCL all_reduce busbw, which ECC features exist.
+FP32 Gflop/s gpu_burn shows, the single-node NCCL all_reduce busbw, which ECC features exist. NVLink: links per GPU and
+the per-link speed `nvidia-smi nvlink -s` prints (H100 SXM 18 x 26.562 GB/s, A100 SXM 12 x 25 GB/s, V100 SXM2 6 x
+25.781 GB/s, from published nvidia-smi output), and the baseboard's NVSwitches (PCI device 10de:22a3 on HGX H100,
+10de:1af1 on HGX A100, class 0680); V100 SXM2 (DGX-1 style hybrid cube mesh) has NVLink without NVSwitches.
 """
 
 MODELS = {
@@ -15,6 +18,8 @@ MODELS = {
         "ecc": True, "remapped_rows": True, "retired_pages": False, "sram_threshold": True, "consumer": False,
         "fan": False, "mig": True, "dcgm_max_level": 4, "remap_banks": 2560, "clocks_sm_max_mhz": 1980,
         "bus_ids": ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"],
+        "nvlink_links": 18, "nvlink_speed_gbps": 26.562, "nvswitch_device_id": "22a3",
+        "nvswitch_bus_ids": ["05", "06", "07", "08"],
     },
     "a100_sxm4_80": {
         "name": "NVIDIA A100-SXM4-80GB", "architecture": "Ampere", "brand": "NVIDIA", "pci_device_id": "20b2",
@@ -26,6 +31,8 @@ MODELS = {
         "ecc": True, "remapped_rows": True, "retired_pages": False, "sram_threshold": False, "consumer": False,
         "fan": False, "mig": True, "dcgm_max_level": 4, "remap_banks": 640, "clocks_sm_max_mhz": 1410,
         "bus_ids": ["07", "0f", "47", "4e", "87", "90", "b7", "bd"],
+        "nvlink_links": 12, "nvlink_speed_gbps": 25.0, "nvswitch_device_id": "1af1",
+        "nvswitch_bus_ids": ["c4", "c5", "c6", "c7", "c8", "c9"],
     },
     "l40s": {
         "name": "NVIDIA L40S", "architecture": "Ada Lovelace", "brand": "NVIDIA", "pci_device_id": "26b9",
@@ -59,5 +66,6 @@ MODELS = {
         "ecc": True, "remapped_rows": False, "retired_pages": True, "sram_threshold": False, "consumer": False,
         "fan": False, "mig": False, "dcgm_max_level": 4, "remap_banks": 0, "clocks_sm_max_mhz": 1530,
         "bus_ids": ["15", "16", "3a", "3b", "89", "8a", "b2", "b3"],
+        "nvlink_links": 6, "nvlink_speed_gbps": 25.781, "nvswitch_device_id": None, "nvswitch_bus_ids": [],
     },
 }

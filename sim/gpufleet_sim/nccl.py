@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from . import fabric
 from .gpu import View
 from .gpu_burn import cuda_devices
 
@@ -116,6 +117,11 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
               "validation: %d graph: %d\n" % (o["t"], o["g"], o["b"], o["e"], o["f"] if o["f"] else o["i"],
                                               "factor" if o["f"] else "bytes", o["w"], o["n"], o["m"], o["c"], o["G"]))
     out.write("#\n# Using devices\n")
+    if not fabric.ready(node):
+        out.flush()
+        err.write("%s: Test CUDA failure common.cu:1011 '%s'\n .. %s pid %d: Test failure common.cu:891\n"
+                  % (host, fabric.NOT_READY, host, pid))
+        return 1
     if nranks > len(devices):
         out.flush()
         err.write("%s: Test CUDA failure common.cu:1011 'invalid device ordinal'\n .. %s pid %d: Test failure "

@@ -8,6 +8,7 @@ clocks_throttle_reasons.*, "Clocks Throttle Reasons"). An unknown field aborts t
 import sys
 import time
 
+from . import fabric
 from .gpu import View
 
 NA = "[N/A]"
@@ -80,8 +81,8 @@ def _reason(bit):
 
 # (names: primary first then aliases, unit, getter(view, gpu) -> text, driver generations that know it, help text)
 FIELDS = [
-    (("timestamp",), None, lambda v, g: time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(v.now))
-     + ".%03d" % int((v.now % 1) * 1000), ALL, "The timestamp of when the query was made."),
+    (("timestamp",), None, lambda v, g: time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(v.clock_now))
+     + ".%03d" % int((v.clock_now % 1) * 1000), ALL, "The timestamp of when the query was made."),
     (("driver_version",), None, lambda v, g: v.node.scen["driver"]["version"], ALL,
      "The version of the installed NVIDIA display driver."),
     (("count",), None, lambda v, g: str(len(v.node.gpus)), ALL, "The number of NVIDIA GPUs in the system."),
@@ -97,6 +98,8 @@ FIELDS = [
     (("index",), None, lambda v, g: str(g["index"]), ALL, "Zero based index of the GPU."),
     (("minor_number",), None, lambda v, g: str(g["index"]), ALL, "The minor number for the device."),
     (("vbios_version",), None, lambda v, g: g["vbios"], ALL, "The BIOS of the GPU board."),
+    (("inforom.img", "inforom.image"), None, lambda v, g: g.get("inforom_image") or "G500.0200.00.05", ALL,
+     "Global version of the infoROM image."),
     (("compute_cap",), None, lambda v, g: g["compute_cap"], ALL, "The CUDA Compute Capability."),
     (("persistence_mode",), None, lambda v, g: "Enabled", ALL, "The current persistence mode for the GPU."),
     (("pstate",), None, lambda v, g: v.pstate(g), ALL, "The current performance state for the GPU."),
@@ -198,6 +201,7 @@ class Args:
         self.help_query_gpu = False
         self.help_query_apps = False
         self.topo = False
+        self.nvlink = None  # "status" | "errors" | "" (nvlink without a known action)
         self.loop_s = None
         self.bad = None
 
@@ -241,6 +245,12 @@ def parse_args(argv):
             a.topo = True
         elif key == "-m" and a.topo:
             pass
+        elif key == "nvlink":
+            a.nvlink = ""
+        elif key in ("-s", "--status") and a.nvlink is not None:
+            a.nvlink = "status"
+        elif key in ("-e", "--errorcounters") and a.nvlink is not None:
+            a.nvlink = "errors"
         else:
             a.bad = arg
         i += 1
@@ -282,6 +292,8 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
             rc = list_gpus(node, a, out)
         elif a.topo:
             rc = topo(node, out)
+        elif a.nvlink is not None:
+            rc = nvlink(node, a, out, err)
         else:
             rc = table(node, out)
         if a.loop_s is None or rc == EXIT_INVALID_ARG:
@@ -409,7 +421,7 @@ def query_tree(node, a, out):
     legacy = node.scen["driver"].get("generation", "current") == "legacy"
     display = set(d.strip().upper() for d in (a.display or "").split(",") if d.strip())
     lines = ["", "==============NVSMI LOG==============", ""]
-    _kv(lines, 0, "Timestamp", time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(view.now)))
+    _kv(lines, 0, "Timestamp", time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(view.clock_now)))
     _kv(lines, 0, "Driver Version", node.scen["driver"]["version"])
     _kv(lines, 0, "CUDA Version", node.scen["driver"]["cuda_version"])
     lines.append("")
@@ -445,6 +457,15 @@ def _gpu_sections(view, g, legacy, display):
         _kv(s, 4, "VBIOS Version", g["vbios"])
         if not legacy:
             _kv(s, 4, "GPU Recovery Action", g.get("recovery_action", "None"))
+            state, status = fabric.fabric_state(view.node, g)
+            _kv(s, 4, "Fabric")
+            _kv(s, 8, "State", state)
+            _kv(s, 8, "Status", status)
+            on_fabric = state != "N/A"
+            _kv(s, 8, "CliqueId", 0 if on_fabric else "N/A")
+            _kv(s, 8, "ClusterUUID", "00000000-0000-0000-0000-000000000000" if on_fabric else "N/A")
+            _kv(s, 8, "Health")
+            _kv(s, 12, "Bandwidth", "Full" if state == "Completed" else "N/A")
         _kv(s, 4, "PCI")
         _kv(s, 8, "Bus", "0x" + g["bus"].upper())
         _kv(s, 8, "Device", "0x00")
@@ -565,7 +586,7 @@ def _gpu_sections(view, g, legacy, display):
 # ---- topo -m, plain table --------------------------------------------------------------------------------------
 def topo(node, out):
     n = len(node.gpus)
-    nvlink = node.model.get("busbw_gbps", 0) > 100
+    up = [fabric.links_up(node, g) for g in node.gpus]
     ul, reset = "\x1b[4m", "\x1b[0m"
     cols = ["GPU%d" % i for i in range(n)] + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
     out.write("\t" + "\t".join(ul + c + reset for c in cols) + "\n")
@@ -574,8 +595,9 @@ def topo(node, out):
         for j in range(n):
             if i == j:
                 cells.append(" X ")
-            elif nvlink:
-                cells.append("NV18")
+            elif up[i] and up[j]:
+                # Bonded links between the pair: through the switches every GPU reaches every peer on all its links.
+                cells.append("NV%d" % min(up[i], up[j]))
             else:
                 cells.append("NODE" if (i < n // 2) == (j < n // 2) else "SYS ")
         numa = 0 if i < n // 2 else 1
@@ -588,6 +610,40 @@ def topo(node, out):
               "  PIX  = Connection traversing at most a single PCIe bridge\n  NV#  = Connection traversing a bonded set "
               "of # NVLinks\n")
     return 0
+
+
+def nvlink(node, a, out, err):
+    """nvlink -s (each link's speed or <inactive>) and nvlink -e (Replay/Recovery/CRC counters), -i selects GPUs."""
+    if a.nvlink not in ("status", "errors"):
+        err.write("Invalid combination of input arguments. Please run 'nvidia-smi nvlink -h' for help.\n")
+        return EXIT_INVALID_ARG
+    view = View(node)
+    rc = 0
+    for g in _select(node, a.ids):
+        if g["index"] in view.lost:
+            out.write(lost_message(g) + "\n")
+            rc = EXIT_GPU_LOST
+            continue
+        out.write("GPU %d: %s (UUID: %s)\n" % (g["index"], g["name"], g["uuid"]))
+        links = fabric.links(node, g)
+        if a.nvlink == "status":
+            if links and fabric.links_up(node, g) == 0 and (node.scen.get("nvlink") or {}).get("gpus", {}).get(
+                    str(g["index"]), {}).get("all_inactive"):
+                out.write("NVML: Unable to retrieve NVLink information as all links are inActive\n")
+                continue
+            for link, speed in links:
+                out.write("\t Link %d: %s\n" % (link, "<inactive>" if speed is None else "%s GB/s" % _speed(speed)))
+        else:
+            for link, values in sorted(fabric.counters(node, view, g).items()):
+                for label in ("Replay Errors", "Recovery Errors", "CRC Errors"):
+                    out.write("\t Link %d: %s: %d\n" % (link, label, values[label]))
+                out.write("\n")
+    return rc
+
+
+def _speed(value):
+    """26.562 -> "26.562", 25.0 -> "25" (as nvidia-smi prints them)."""
+    return ("%.3f" % value).rstrip("0").rstrip(".")
 
 
 def table(node, out):

@@ -8,6 +8,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 
 from .models import MODELS
 
@@ -31,7 +32,12 @@ DEFAULTS = {
     "platform": {},
     # nvidia_smi.output: "junk" prints lines that are not its output (exit 0); "rows:N" stops after N GPU rows.
     "nvidia_smi": {},
+    # [{from_day, driver, gpus: {"<index>" or "*": overrides}, platform}]: what changes from a simulated day on.
+    "timeline": [],
 }
+DEFAULT_DMI = "Supermicro SYS-421GE-TNRT/X13DEG-OA, BIOS 2.1 02/21/2024"
+_DMI_RE = re.compile(r"^(?P<vendor>\S+)\s+(?P<product>[^/,]+)(?:/(?P<board>[^,]+))?,\s*BIOS\s+(?P<bios>\S+)"
+                     r"(?:\s+(?P<date>\S+))?")
 
 
 class ScenarioError(Exception):
@@ -121,6 +127,42 @@ def _expand_gpus(scen, model):
         gpu = _merge(gpu, scen["gpus"].get(str(index), {}))
         gpus.append(gpu)
     return gpus
+
+
+def at_day(scen, day):
+    """The scenario as it stands on simulated day `day`: every timeline entry with from_day <= day applied in order."""
+    entries = [e for e in scen.get("timeline") or [] if float(e.get("from_day", 0)) <= day]
+    if not entries:
+        return scen
+    out = copy.deepcopy(scen)
+    for entry in entries:
+        for key in ("driver", "platform"):
+            if isinstance(entry.get(key), dict):
+                out[key] = _merge(out[key], entry[key])
+        for which, over in (entry.get("gpus") or {}).items():
+            targets = range(int(out["gpu_count"])) if which == "*" else [int(which)]
+            for index in targets:
+                out["gpus"][str(index)] = _merge(out["gpus"].get(str(index), {}), over)
+    out["gpu_list"] = _expand_gpus(out, MODELS[out["gpu_model"]])
+    return out
+
+
+def dmi_files(scen):
+    """/sys/class/dmi/id file -> value, from the scenario's DMI boot line (platform.dmi) and the node's name."""
+    platform = scen.get("platform") or {}
+    match = _DMI_RE.match(platform.get("dmi") or DEFAULT_DMI) or _DMI_RE.match(DEFAULT_DMI)
+    seed = _digest(scen["node"], "dmi")
+    vendor = match.group("vendor")
+    files = {
+        "sys_vendor": vendor, "product_name": match.group("product").strip(),
+        "product_serial": "S%s" % seed[:11].upper(), "board_vendor": vendor,
+        "board_name": (match.group("board") or match.group("product")).strip(),
+        "board_serial": "B%s" % seed[11:23].upper(), "chassis_serial": "C%s" % seed[23:33].upper(),
+        "bios_vendor": "American Megatrends International, LLC.",
+        "bios_version": platform.get("bios_version") or match.group("bios"),
+        "bios_date": platform.get("bios_date") or match.group("date") or "01/01/2024",
+    }
+    return files
 
 
 def time_scale(env=None):

@@ -16,10 +16,11 @@ import stat
 import time
 import uuid
 
-from . import klog
+from . import fabric, klog
 from . import scenario as scenario_mod
 
 MARKER = "node.json"
+CLOCK = "clock.json"
 # What the kentino.gpufleet.training_env role sets on a real node.
 DEFAULT_TRAINING_ENV = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
@@ -51,6 +52,11 @@ class Node:
         self.model = self.gpus[0] if self.gpus else {}
         self.hostname = node_name
         self.info = self._ensure()
+        if self.scen.get("timeline"):
+            # What the scenario says changes on the node from a simulated day on (a driver update, a slower GPU).
+            self.scen = scenario_mod.at_day(self.scen, self.clock_days())
+            self.gpus = self.scen["gpu_list"]
+            self.model = self.gpus[0] if self.gpus else {}
 
     # ---- files -----------------------------------------------------------------------------------------------
     def path(self, *parts):
@@ -118,11 +124,25 @@ class Node:
                 fh.write(json.dumps(rec, sort_keys=True) + "\n")
         info["next_seq"] = len(records) + 1
         os.makedirs(self.path("load"), exist_ok=True)
+        clock = self.scen.get("clock") or {}
+        if clock.get("days"):
+            self.write_json(CLOCK, {"days": float(clock["days"])})
+        self._make_dmi()
         self._make_checkpoint_dir()
         self._make_home()
         self.write_mounts()
+        fabric.write_platform(self)
         self.write_json(MARKER, info)
         return info
+
+    def _make_dmi(self):
+        """<state>/dmi: the node's /sys/class/dmi/id files (vendor, product, board, BIOS, serials) from the scenario's
+        DMI boot line, serials derived from the node name; the audit's snapshot reads them with dmi_dir."""
+        path = self.path("dmi")
+        os.makedirs(path, exist_ok=True)
+        for name, value in scenario_mod.dmi_files(self.scen).items():
+            with open(os.path.join(path, name), "w") as fh:
+                fh.write(value + "\n")
 
     def _make_checkpoint_dir(self):
         ckpt = self.scen["storage"].get("checkpoint", {})
@@ -176,13 +196,31 @@ class Node:
         return (time.time() if now is None else now) - self.boot["start"]
 
     def sim_elapsed_s(self, now=None):
-        """Simulated seconds since this state was created (compressed time)."""
-        return max(0.0, ((time.time() if now is None else now) - self.info["created"]) / self.scale)
+        """Simulated seconds since this state was created: compressed time plus the clock's days."""
+        return max(0.0, ((time.time() if now is None else now) - self.info["created"]) / self.scale) + \
+            self.clock_offset_s()
+
+    # The clock: simulated days since the state was created, advanced between runs (`gpufleet-sim clock`). What the
+    # node reports as the time (nvidia-smi's timestamp, new kernel log lines) and what follows the days (ECC
+    # counters, the scenario's XID 92 schedule and timeline) is shifted by it; durations and load markers are not.
+    def clock_days(self):
+        return float((self.read_json(CLOCK, {}) or {}).get("days", 0.0))
+
+    def clock_offset_s(self):
+        return self.clock_days() * 86400.0
+
+    def now(self):
+        """The node's wall clock: the real time plus the simulated days."""
+        return time.time() + self.clock_offset_s()
+
+    def set_clock(self, days):
+        with self.lock():
+            self.write_json(CLOCK, {"days": float(days)})
 
     # ---- kernel log ------------------------------------------------------------------------------------------
     def append_kernel(self, messages, when=None, prio=4):
         """Append kernel lines (str, or (offset_s, str[, prio]) tuples) to the current boot's log."""
-        when = time.time() if when is None else when
+        when = self.now() if when is None else when
         with self.lock():
             info = self.read_json(MARKER)
             seq = info["next_seq"]

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from . import fabric
 from .gpu_burn import cuda_devices
 
 MARKER = "GPUFLEET_DRYRUN "
@@ -90,6 +91,12 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         base_step = float(node.scen["torchrun"].get("step_time_s", 0.0) or _step_time(node, sopts))
         for local in range(o["nproc"]):
             rank = o["node_rank"] * o["nproc"] + local
+            if not fabric.ready(node):
+                # NVSwitch node whose GPUs never registered with the fabric: CUDA initialisation fails (802).
+                failures.append((rank, local, "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run "
+                                 "some cuda functions before calling NumCudaDevices() that might have already set an "
+                                 "error? Error 802: %s" % fabric.NOT_READY))
+                continue
             if local >= len(devices):
                 failures.append((rank, local, "RuntimeError: CUDA error: invalid device ordinal\nCUDA kernel errors "
                                  "might be asynchronously reported at some other API call, so the stacktrace below "

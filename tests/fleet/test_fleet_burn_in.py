@@ -26,7 +26,7 @@ COMMON_VARS = {
     "gpufleet_poll_interval_s": 2,
     "gpufleet_psu_rails": {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]},
     "gpufleet_environment": {
-        "PATH": "{{ gpufleet_sim_root }}/bin:{{ gpufleet_base_path }}",
+        "PATH": "{{ gpufleet_sim_root }}/bin:{{ gpufleet_sim_base_path }}",
         "GPUFLEET_SIM_SCENARIO": "{{ gpufleet_sim_root }}/scenarios/{{ gpufleet_sim_scenario }}.json",
         "GPUFLEET_SIM_STATE": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}",
         "GPUFLEET_SIM_NODE": "{{ inventory_hostname }}",
@@ -67,10 +67,10 @@ def burn_in_setup(fleet, tmp_path_factory):
     scen = {n.name: {"gpufleet_sim_scenario": s} for n, s in zip(fleet.nodes, SCENARIOS, strict=True)}
     ssh_inv = _write_inventory(tmp / "ssh_vars.yml", scen, dict(
         COMMON_VARS, gpufleet_sim_root="/usr/lib/gpufleet-sim", gpufleet_sim_state_root="/var/lib/gpufleet-sim",
-        gpufleet_base_path=NODE_PATH))
+        gpufleet_sim_base_path=NODE_PATH))
     local_inv = _write_inventory(tmp / "local.yml", scen, dict(
         COMMON_VARS, gpufleet_sim_root=str(REPO / "sim"), gpufleet_sim_state_root=str(tmp / "local-state"),
-        gpufleet_base_path=os.environ["PATH"], ansible_connection="local",
+        gpufleet_sim_base_path=os.environ["PATH"], ansible_connection="local",
         ansible_python_interpreter=sys.executable))
     return {"tmp": tmp, "ssh": [fleet.inventory_path, ssh_inv], "local": [local_inv]}
 
@@ -141,26 +141,37 @@ def test_burn_in_over_ssh_reports_what_the_local_run_reports(fleet, burn_in_setu
     assert all(s["stage"] == "done" and s["reachable"] for s in summary.values())
 
 
-def test_node_killed_mid_burn_is_in_the_report_with_its_stage(fleet, burn_in_setup, local_reference, restore_nodes):
+@pytest.mark.parametrize("process,stage", [("gpu_burn", "burn"), ("dcgmi", "dcgm"), ("all_reduce_perf", "nccl")])
+def test_node_killed_mid_check_is_unreachable_at_once_with_its_stage(fleet, burn_in_setup, local_reference,
+                                                                      restore_nodes, process, stage):
+    """Killed during the burn, dcgmi diag or NCCL: UNREACHABLE within the SSH keepalive bound (the long checks are
+    waited for with job_wait, never with an async poll that would wait out its timeout: 4 h for dcgmi)."""
     victim = fleet.nodes[0].name  # the healthy one: it would otherwise pass
     restore_nodes.append(victim)
     _fresh_state(fleet)
-    run = _start(fleet, burn_in_setup, "ssh", "killed")
+    # A longer simulated dcgmi and NCCL so that the kill lands while they run.
+    run = _start(fleet, burn_in_setup, "ssh", "killed-" + stage,
+                 [] if stage == "burn" else ["-e", "gpufleet_dcgm_level=4"])
     deadline = time.monotonic() + 240
-    while fleet.ssh(victim, "pgrep -f gpu_burn", check=False, timeout=10).returncode != 0:
-        assert run.proc.poll() is None and time.monotonic() < deadline, "gpu_burn never ran on %s\n%s" % (
-            victim, run.output[-3000:])
-        time.sleep(0.2)
+    while fleet.ssh(victim, "pgrep -f %s" % process, check=False, timeout=10).returncode != 0:
+        assert run.proc.poll() is None and time.monotonic() < deadline, "%s never ran on %s\n%s" % (
+            process, victim, run.output[-3000:])
+        time.sleep(0.1)
     fleet.kill_node(victim)
+    killed_at = time.monotonic() - run.started
     run.wait(300)
+    seen = run.first(r"%s.*UNREACHABLE|UNREACHABLE.*%s" % (victim, victim))
+    assert seen is not None and seen - killed_at < 75, "UNREACHABLE %s s after the kill" % (
+        None if seen is None else round(seen - killed_at, 1))
     summary = _summary(_report(run))
-    assert summary[victim]["reachable"] is False and summary[victim]["stage"] == "gpu_burn", summary[victim]
+    assert summary[victim]["reachable"] is False and summary[victim]["stage"] == stage, summary[victim]
     assert summary[victim]["verdict"] != "pass"
     assert run.recap[victim]["unreachable"] == 1
-    reference = local_reference()["summary"]
-    for node in fleet.nodes[1:]:  # the others finished and say what they said without the loss
-        assert summary[node.name] == reference[node.name]
     assert run.proc.returncode != 0
+    if stage == "burn":
+        reference = local_reference()["summary"]
+        for node in fleet.nodes[1:]:  # the others finished and say what they said without the loss
+            assert summary[node.name] == reference[node.name]
 
 
 def test_hanging_tool_is_killed_on_the_node_with_its_children(fleet):

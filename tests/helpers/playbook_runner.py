@@ -15,11 +15,11 @@ def run_playbook(name, tmp_root, inventory="inventories/sim", extra=None, timeou
     report_dir = tmp_root / "reports"
     extra_vars = {"gpufleet_report_dir": str(report_dir)}
     extra_vars.update(extra or {})
-    env = dict(os.environ)
+    # No ANSIBLE_NOCOLOR: output to a pipe has no colour codes by itself, as a user's `| tee` would see it.
+    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_NOCOLOR", "ANSIBLE_FORCE_COLOR")}
     env.update({
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_INJECT_FACT_VARS": "false",
-        "ANSIBLE_NOCOLOR": "1",
         "GPUFLEET_SIM_STATE_ROOT": str(tmp_root / "sim-state"),
     })
     proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "playbooks/%s.yml" % name, "-i", inventory,

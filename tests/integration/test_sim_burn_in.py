@@ -13,6 +13,7 @@ PLANTED = {
     "sim-node06": ("pcie_degraded", "fail", {"PCIE_DEGRADED", "NCCL_BUSBW_LOW"}, "riser"),
     "sim-node07": ("neighbour_process", "error", {"GPU_BUSY", "CHECKS_REFUSED"}, "stop the process"),
     "sim-node08": ("checkpoint_readonly", "fail", {"STORAGE_FAIL"}, "read-only"),
+    "sim-node09": ("hgx_nvlink_down", "fail", {"NVLINK_LINK_DOWN"}, "reseat GPU 5's SXM module"),
 }
 HEALTHY = ("sim-node01", "sim-node02")
 
@@ -30,10 +31,24 @@ def test_gate_fails_the_run_and_prints_the_summary(burn_in_run):
     assert "| node | verdict |" in output and "HTML report:" in output
 
 
+def test_the_end_of_a_failing_run_reads_well(burn_in_run):
+    """The summary table once, then the gate's short message; no very long line; no colour codes in a pipe."""
+    rc, output, report = burn_in_run
+    end = output[output.index("PLAY [Write the fleet report]"):]
+    assert output.count("| node | verdict |") == 1 and output.count("HTML report:") == 1, end
+    assert end.index("| node | verdict |") < end.index("TASK [Gate on the verdicts") < end.index("PLAY RECAP")
+    gate = end[end.index("TASK [Gate on the verdicts"):end.index("PLAY RECAP")]
+    assert "gate fail_on=fail: %d of 8 node(s) failed it" % len(report["summary"]["gate"]["nodes"]) in gate
+    assert "| node |" not in gate and "summary_md" not in gate and "gpu_verdicts" not in gate
+    longest = max(output.splitlines(), key=len)
+    assert len(longest) < 1000, longest[:300]
+    assert "\x1b[" not in output
+
+
 def test_report_is_valid_against_its_schema(report):
     jsonschema.validate(report, load_schema())
-    assert len(report["nodes"]) == 8
-    assert sum(len(n["gpus"]) for n in report["nodes"]) >= 56
+    assert len(report["nodes"]) == 9
+    assert sum(len(n["gpus"]) for n in report["nodes"]) >= 64
 
 
 @pytest.mark.parametrize("host", HEALTHY)
@@ -42,7 +57,7 @@ def test_healthy_nodes_pass_with_no_findings(report, host):
     assert node["verdict"] == "pass" and node["findings"] == [], node["findings"]
     assert node["stage"] == "done"
     assert all(g["verdict"] == "pass" for g in node["gpus"])
-    assert {"gpu_burn", "dcgm_diag", "nccl_test", "gpu_sample", "xid_facts"} <= set(node["checks"])
+    assert {"gpu_burn", "dcgm_diag", "nccl_test", "gpu_sample", "xid_facts", "nvlink"} <= set(node["checks"])
 
 
 @pytest.mark.parametrize("host", sorted(PLANTED))
@@ -100,3 +115,17 @@ def test_report_files_are_all_written(burn_in_run, tmp_path):
     html = Path(run_dir)
     for name in ("report.json", "report.md", "report.html", "junit.xml"):
         assert (html.parent / name).stat().st_size > 0, name
+
+
+def test_the_hgx_link_down_names_gpu_link_and_pairs_while_nccl_still_passes(report):
+    node = nodes_by_host(report)["sim-node09"]
+    assert node["worst"]["code"] == "NVLINK_LINK_DOWN" and node["worst"]["gpu"] == 5
+    assert "NVLink 11 down (17 of 18 up)" in node["worst"]["message"]
+    assert "every pair GPU 5-GPU x (x = 0,1,2,3,4,6,7)" in node["worst"]["message"]
+    # The degraded link only shows as slower collectives: NCCL alone passes its floor.
+    assert node["checks"]["nccl_test"]["verdict"] == "pass"
+    assert node["checks"]["nvlink"]["figures"]["links_up"] == 143
+    assert node["gpus"][5]["metrics"]["nvlink_links_up"] == 17
+    # The PCIe consumer build has no NVLink: the check says so instead of passing.
+    rtx = nodes_by_host(report)["sim-node01"]["checks"]["nvlink"]
+    assert rtx["verdict"] == "skipped" and "no NVLink" in rtx["reasons"][0]

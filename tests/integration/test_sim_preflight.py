@@ -31,6 +31,7 @@ def test_dry_run_and_short_nccl_ran_on_every_free_node(report):
     ("sim-node06", {"NCCL_BUSBW_LOW"}),             # the short NCCL sweep is enough to see the slow link
     ("sim-node07", {"GPU_BUSY", "CHECKS_REFUSED"}),  # a neighbour process
     ("sim-node08", {"STORAGE_FAIL"}),               # read-only checkpoint mount
+    ("sim-node09", {"NVLINK_LINK_DOWN"}),           # the link is down at idle too
 ])
 def test_faults_visible_without_load_are_found(report, host, expected):
     assert expected <= codes(nodes_by_host(report)[host])

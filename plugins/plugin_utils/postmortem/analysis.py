@@ -12,6 +12,7 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.flight import analyse_dumps
 
 DEFAULTS = {"since": None, "until": None, "world_size": None, "pre_s": 300.0, "post_s": 600.0, "psu_rails": {},
+            "thresholds": {}, "notes": [],
             "cuda_visible_devices": {}, "max_dump_bytes": 64 * 1024 * 1024, "max_dump_seconds": 20.0,
             "max_memory_bytes": 1024 ** 3, "now": None, "skew_s": 5.0, "workers": 0}
 
@@ -75,7 +76,7 @@ def analyse(hosts, **options):
     opts = dict(DEFAULTS)
     opts.update({k: v for k, v in options.items() if v is not None})
     good, bad = _split(hosts)
-    notes = []
+    notes = list(opts["notes"])
     window = logs.job_window(good, opts["since"], opts["until"], None, opts["pre_s"], opts["post_s"])
     items, dump_hosts, skipped = _dump_items(good, window, notes)
     flight = None
@@ -103,8 +104,11 @@ def analyse(hosts, **options):
         events, out = hardware.events_in_window(ev.get("kernel"), window["since"], window["until"])
         outside += out
         by_pci = {g["pci"]: i for i, g in gpus[host].items() if g.get("pci")}
-        rails = (opts["psu_rails"] or {}).get(host) or {}
-        hw[host] = hardware.issues(events, by_pci, rails if isinstance(rails, dict) else {}, window["t_fire"])
+        t = dict((opts["thresholds"] or {}).get(host) or {})  # the node's inventory thresholds (judge_xid's)
+        rails = (opts["psu_rails"] or {}).get(host)
+        if isinstance(rails, dict) and rails:
+            t["gpufleet_psu_rails"] = rails
+        hw[host] = hardware.issues(events, by_pci, t, window["t_fire"], host)
     cands = verdict.candidates(flight, log_result)
     for cand in cands:
         info = ranks.get(cand["rank"]) or {}

@@ -16,7 +16,7 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils import report as 
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import findings as findings_mod
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import rel_text
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"  # 2.0: hardware issues carry judge_xid's code and severity
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "postmortem_schema.json"
 GENERATOR = "kentino.gpufleet.job_postmortem"
 TEMPLATE = "postmortem.html.j2"
@@ -65,7 +65,8 @@ def _issues(result):
     out = []
     for host, issues in sorted(result["hardware"].items()):
         for i in issues:
-            out.append({"host": host, "kind": i["kind"], "gpus": i["gpus"], "pcis": i["pcis"], "xids": i["xids"],
+            out.append({"host": host, "kind": i["kind"], "code": i["code"], "severity": i["severity"],
+                        "gpus": i["gpus"], "pcis": i["pcis"], "xids": i["xids"],
                         "t_rel_s": i["t_rel_s"], "time": _iso(i["epoch"]), "description": i.get("description"),
                         "action": i["action"], "lines": [str(x)[:500] for x in i["lines"]]})
     return out

@@ -9,7 +9,7 @@ the verdict first, then the hardware events of the window, then what could not b
 from __future__ import annotations
 
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import rel_text
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.verdict import HW_FINDING, finding
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.verdict import finding
 
 VERDICT_CODES = {"hardware": ("JOB_HANG_HARDWARE", "fail"), "software": ("JOB_HANG_SOFTWARE", "fail"),
                  "rank": ("JOB_HANG_RANK", "fail"), "tie": ("JOB_HANG_TIE", "fail"),
@@ -25,7 +25,7 @@ def build(result):
         for issue in issues:
             if v["kind"] == "hardware" and host == v.get("host") and v.get("pci") in issue["pcis"]:
                 continue  # the verdict itself
-            code, sev = HW_FINDING[issue["kind"]]
+            code, sev = issue["code"], issue["severity"]  # judge_xid's, as in the fleet report
             gpus = ", ".join(str(g) for g in issue["gpus"])
             out.append(finding(sev, code, "%s GPU %s (PCI %s): XID %s %s (%s)" % (
                 host, gpus, ", ".join(str(p) for p in issue["pcis"]), issue["xid"], rel_text(issue["t_rel_s"]),

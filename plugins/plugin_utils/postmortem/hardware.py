@@ -1,37 +1,39 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""The GPU evidence of the job's window on one node: XIDs and lost GPUs per PCI address, and what to do (pure).
+"""The GPU evidence of the job's window on one node: the XIDs and lost GPUs, judged by judge_xid (pure).
 
-Actions follow docs/failure-modes.md (riser before RMA, PSU rails, memory faults; docs/postmortem.md cites the public sources):
-- XID 79 / "fallen off the bus": on riser builds almost always the riser or a loose power connector, not the GPU:
-  reseat and recable before any RMA;
-- several GPUs of one PSU rail lost within RAIL_WINDOW_S: the PSU feeding that rail (split rails are not redundancy);
-- XID 48 (double-bit ECC), 63/64 (page retirement / row remapping and its failure): the card (RMA);
-- 94/95 (contained / uncontained ECC), 92 (single-bit ECC rate), 74 (NVLink), 119/120 (GSP): see ACTIONS;
-- application XIDs (13, 31, 43, 45, 68) are the job's own GPU faults: evidence, not a hardware cause.
+The operator reads the same finding and the same action for an XID in the fleet report, in the post-mortem and in
+the alerts' runbook: the findings here ARE judge_xid's (riser before RMA, PSU rails, memory faults that end in an
+RMA, the slow ECC leak, the catalog's action for every other code; docs/failure-modes.md), judged with the node's
+thresholds from the inventory (gpufleet_psu_rails, gpufleet_psu_loss_window_s, the XID lists and the severity
+overrides). This module only turns them into the post-mortem's issues (one per GPU, one per rail or group of GPUs
+lost together), dated relative to the hang and ranked for the verdict.
 """
 
 from __future__ import annotations
 
 import datetime
 
-RAIL_WINDOW_S = 1.0
-LOST = "reseat the riser and recable the GPU's power (both ends) before any RMA, then burn the node in again " \
-       "(kentino.gpufleet.burn_in)"
-ACTIONS = {
-    48: ("rma", "replace the card (RMA) with this evidence: double-bit ECC error"),
-    63: ("rma", "replace the card (RMA) with this evidence: ECC page retirement / row remapping"),
-    64: ("rma", "replace the card (RMA) with this evidence: row remapping failed"),
-    94: ("ecc", "contained uncorrectable ECC error: reset the GPU and watch it; RMA if it repeats"),
-    95: ("ecc", "uncontained uncorrectable ECC error: reset the GPU (or reboot); RMA if it repeats"),
-    92: ("ecc", "high single-bit ECC rate: schedule a replacement before it turns into XID 48"),
-    74: ("nvlink", "NVLink error: inspect and reseat the NVLink bridge/baseboard, then contact the vendor"),
-    119: ("firmware", "GSP firmware timeout: reset the GPU; update the driver if it recurs"),
-    120: ("firmware", "GSP firmware error: reset the GPU; update the driver if it recurs"),
-}
-APPLICATION = frozenset([13, 31, 43, 45, 68])
-SEVERITY = {"gpu_lost": 3, "psu_rail": 4, "rma": 3, "ecc": 2, "nvlink": 2, "firmware": 2, "other": 1,
-            "application": 0}
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_xid
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete
+from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
+
+# judge_xid's code -> the issue's kind (postmortem_schema.json); XID_OTHER is "other", or "application" when NVIDIA's
+# immediate action says the GPU is fine (restart the application, or ignore) and the judge only warns.
+KIND = {"PSU_RAIL_LOSS": "psu_rail", "GPU_GROUP_LOST": "gpu_group", "GPU_LOST": "gpu_lost",
+        "GPU_UNDERPOWERED": "gpu_lost", "XID_RMA": "rma", "ECC_LEAK": "ecc", "XID_OTHER": "other",
+        "CHECK_ERROR": "other"}
+GROUP_CODES = ("PSU_RAIL_LOSS", "GPU_GROUP_LOST")
+APPLICATION_BUCKETS = ("RESTART_APP", "IGNORE")
+# How strongly an issue explains a hang (the verdict blames the heaviest issue on a rank's GPU; 2+ is serious).
+WEIGHT = {"psu_rail": 4, "gpu_group": 4, "gpu_lost": 3, "rma": 3, "ecc": 2, "other": 1, "application": 0}
+
+
+def weight(issue):
+    """An issue's weight: a failing 'other' XID (critical per the policy) weighs as much as an ECC leak."""
+    if issue["kind"] == "other" and issue.get("severity") in ("fail", "error"):
+        return 2
+    return WEIGHT[issue["kind"]]
 
 
 def _epoch(text):
@@ -76,58 +78,99 @@ def rel_text(seconds):
     return "at T%s%s s" % ("-" if seconds < 0 else "+", ("%.1f" % abs(seconds)).rstrip("0").rstrip("."))
 
 
-def issues(events, gpus_by_pci, rails=None, t_ref=None):
-    """Per-GPU and per-rail issues of one node: [{kind, pcis, gpus, xids, epoch, t_rel_s, action, lines}].
+def _kind(finding, event):
+    kind = KIND.get(finding["code"], "other")
+    if kind == "other" and finding["severity"] == "warn":
+        bucket = ((event or {}).get("action") or {}) if isinstance((event or {}).get("action"), dict) else {}
+        if bucket.get("immediate") in APPLICATION_BUCKETS:
+            return "application"
+    return kind
 
-    gpus_by_pci: {pci: gpu index}; rails: {"A": [0, 1, 2, 3], ...} from the inventory (gpufleet_psu_rails).
+
+def _chosen(finding, evs, t):
+    """The window's events of one GPU that led to this finding, oldest first."""
+    codes = {"GPU_LOST": t["gpufleet_lost_xids"], "XID_RMA": t["gpufleet_rma_xids"],
+             "ECC_LEAK": t["gpufleet_ecc_leak_xids"]}.get(finding["code"])
+    if codes is not None:
+        return [e for e in evs if e.get("xid") in codes and e.get("counted") is not False]
+    lines = set(finding["evidence"])
+    return [e for e in evs if str(e.get("line") or "")[:400] in lines]
+
+
+def _gpu_issue(pci, findings, evs, t, t_ref, gpus_by_pci):
+    """One GPU's issue: its heaviest finding (kind, code, severity, action) and every event of the window on it."""
+    ranked = []
+    for f in findings:
+        chosen = _chosen(f, evs, t)
+        issue = {"kind": _kind(f, chosen[0] if chosen else None), "severity": f["severity"]}
+        ranked.append((weight(issue), -len(ranked), f, chosen))
+    _w, _order, f, chosen = max(ranked)
+    first = chosen[0] if chosen else (evs[0] if evs else {})
+    kind = _kind(f, first)
+    description = "GPU fell off the bus" if kind == "gpu_lost" else (first.get("mnemonic") or first.get("message")
+                                                                      or f["message"])
+    return {"kind": kind, "code": f["code"], "severity": f["severity"], "pcis": [pci],
+            "gpus": [gpus_by_pci[pci] if pci in gpus_by_pci else f["gpu"]],
+            "xids": sorted({e.get("xid") for e in evs if isinstance(e.get("xid"), int)}),
+            "xid": first.get("xid"), "epoch": first.get("epoch"), "t_rel_s": _rel(first.get("epoch"), t_ref),
+            "description": description, "action": f["action"],
+            "lines": [e.get("line") for e in evs if e.get("line")][:6] or list(f["evidence"][:6])}
+
+
+def _group_issue(f, per_gpu, rails, t_ref):
+    """A rail (or a group of GPUs) lost together: the lost GPUs whose evidence the judge put in this finding."""
+    evidence = set(f["evidence"])
+    members = [i for i in per_gpu if i["kind"] == "gpu_lost" and i["code"] == "GPU_LOST" and i["lines"]
+               and set(i["lines"]) & evidence]
+    members.sort(key=lambda i: (i["epoch"] is None, i["epoch"] or 0))
+    gpus = sorted(g for i in members for g in i["gpus"] if g is not None)
+    times = [i["epoch"] for i in members if i["epoch"] is not None]
+    span = " within %.3f s" % (max(times) - min(times)) if len(times) >= 2 else ""
+    if f["code"] == "PSU_RAIL_LOSS":
+        rail = next((str(name) for name, on in sorted(rails.items()) if gpus and set(gpus) <= set(_ints(on))), "?")
+        description = "GPUs %s of PSU rail %s lost%s" % (", ".join(map(str, gpus)), rail, span)
+        kind = "psu_rail"
+    else:
+        description = "GPUs %s lost together%s" % (", ".join(map(str, gpus)), span)
+        kind = "gpu_group"
+    first = members[0] if members else {"epoch": None, "xid": None}
+    return {"kind": kind, "code": f["code"], "severity": f["severity"], "pcis": [p for i in members for p in i["pcis"]],
+            "gpus": gpus, "xids": sorted({x for i in members for x in i["xids"]}), "xid": first["xid"],
+            "epoch": first["epoch"], "t_rel_s": _rel(first["epoch"], t_ref), "description": description,
+            "action": f["action"], "lines": [line for i in members for line in i["lines"]][:8] or list(f["evidence"][:8])}
+
+
+def _ints(values):
+    try:
+        return {int(v) for v in values}
+    except (TypeError, ValueError):
+        return set()
+
+
+def issues(events, gpus_by_pci, t=None, t_ref=None, host="this node"):
+    """Per-GPU and per-rail issues of one node: [{kind, code, severity, pcis, gpus, xids, xid, epoch, t_rel_s,
+    description, action, lines}], heaviest first.
+
+    events: events_in_window's; gpus_by_pci: {pci: gpu index}; t: the node's thresholds by inventory name (missing ones
+    take the defaults; gpufleet_psu_rails {"A": [0, 1, 2, 3], ...} names the rails).
     """
+    t = complete(t)
+    findings, _timeline = judge_xid.judge(events, [], t, host, gpus_by_pci)
     by_pci = {}
     for event in events:
-        by_pci.setdefault(event.get("pci"), []).append(event)
-    found = []
-    lost_at = {}
-    for pci, evs in sorted(by_pci.items(), key=lambda kv: str(kv[0])):
-        evs.sort(key=lambda e: (e["epoch"] is None, e["epoch"] or 0))
-        codes = sorted({e.get("xid") for e in evs if isinstance(e.get("xid"), int)})
-        first = evs[0]
-        if 79 in codes:
-            lost = [e for e in evs if e.get("xid") == 79][0]
-            kind, action, first = "gpu_lost", LOST, lost
-            lost_at[pci] = lost["epoch"]
+        pci = normalize_pci(event.get("pci")) if event.get("pci") else None
+        by_pci.setdefault(pci, []).append(event)
+    for evs in by_pci.values():
+        evs.sort(key=lambda e: (e.get("epoch") is None, e.get("epoch") or 0))
+    per_gpu, groups, found = {}, [], []
+    for f in findings:
+        if f["code"] in GROUP_CODES:
+            groups.append(f)
         else:
-            ranked = [ACTIONS[c] for c in codes if c in ACTIONS]
-            ranked.sort(key=lambda ka: -SEVERITY[ka[0]])
-            if ranked:
-                kind, action = ranked[0]
-                first = [e for e in evs if ACTIONS.get(e.get("xid"), (None,))[0] == kind][0]
-            elif all(c in APPLICATION for c in codes):
-                kind, action = "application", "the job's own GPU fault (application XID): see the job's exception"
-            else:
-                kind = "other"
-                act = first.get("action") or {}
-                action = "NVIDIA's catalog: %s (then %s)" % (act.get("immediate") or "see the XID catalog",
-                                                            act.get("investigatory") or "-")
-        description = "GPU fell off the bus" if kind == "gpu_lost" else (first.get("mnemonic") or first.get("message"))
-        found.append({"kind": kind, "pcis": [pci], "gpus": [gpus_by_pci.get(pci)], "xids": codes,
-                      "xid": first.get("xid"), "epoch": first["epoch"], "t_rel_s": _rel(first["epoch"], t_ref),
-                      "description": description, "action": action,
-                      "lines": [e.get("line") for e in evs if e.get("line")][:6]})
-    for rail, members in sorted((rails or {}).items()):
-        try:
-            indices = {int(i) for i in members}
-        except (TypeError, ValueError):
-            continue
-        gone = [(pci, t) for pci, t in lost_at.items() if gpus_by_pci.get(pci) in indices and t is not None]
-        if len(gone) >= 2 and max(t for _p, t in gone) - min(t for _p, t in gone) <= RAIL_WINDOW_S:
-            gone.sort(key=lambda pt: pt[1])
-            gpus = sorted(gpus_by_pci.get(p) for p, _t in gone)
-            found.append({"kind": "psu_rail", "pcis": [p for p, _t in gone], "gpus": gpus, "xids": [79], "xid": 79,
-                          "epoch": gone[0][1], "t_rel_s": _rel(gone[0][1], t_ref), "rail": str(rail),
-                          "description": "GPUs %s of PSU rail %s lost within %.3f s" % (
-                              ", ".join(str(g) for g in gpus), rail, gone[-1][1] - gone[0][1]),
-                          "action": "check and replace the PSU feeding rail %s (GPUs %s); split rails are not "
-                                    "redundancy" % (rail, ", ".join(str(g) for g in sorted(indices))),
-                          "lines": [line for i in found if set(i["pcis"]) & {p for p, _t in gone} for line in
-                                    i["lines"]][:8]})
-    found.sort(key=lambda i: (-SEVERITY[i["kind"]], i["epoch"] or 0))
+            per_gpu.setdefault(f["pci"], []).append(f)
+    for pci, fs in sorted(per_gpu.items(), key=lambda kv: str(kv[0])):
+        found.append(_gpu_issue(pci, fs, by_pci.get(pci, []), t, t_ref, gpus_by_pci))
+    rails = t.get("gpufleet_psu_rails") if isinstance(t.get("gpufleet_psu_rails"), dict) else {}
+    found += [_group_issue(f, found, rails, t_ref) for f in groups]
+    found.sort(key=lambda i: (-weight(i), i["epoch"] or 0))
     return found

@@ -17,15 +17,12 @@ GPU) explains them all, or only one of them has hardware evidence.
 
 from __future__ import annotations
 
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import SEVERITY, rel_text
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import rel_text, weight
 
 CHECK = "job_postmortem"
 SCORES = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1,
           "pg_status": 2, "op_mismatch": 2, "silent": 1, "earlier_seq": 1}
 LEVELS = ("none", "low", "medium", "high")
-HW_FINDING = {"gpu_lost": ("GPU_LOST", "fail"), "psu_rail": ("PSU_RAIL_LOSS", "fail"), "rma": ("XID_RMA", "fail"),
-              "ecc": ("XID_ECC", "warn"), "nvlink": ("XID_NVLINK", "warn"), "firmware": ("XID_FIRMWARE", "warn"),
-              "other": ("XID_IN_WINDOW", "warn"), "application": ("XID_APPLICATION", "warn")}
 
 
 def finding(severity, code, message, action, evidence=None, gpu=None, pci=None):
@@ -158,7 +155,7 @@ def decide(cands, hw, window, unreachable=(), have_dumps=False):
 
 
 def _no_rank(hw, window, have_dumps):
-    serious = [(host, i) for host, issues in hw.items() for i in issues if SEVERITY[i["kind"]] >= 2]
+    serious = [(host, i) for host, issues in hw.items() for i in issues if weight(i) >= 2]
     base = {"ranks": [], "rank": None, "host": None, "local_rank": None, "gpu": None, "pci": None, "uuid": None,
             "tie": False, "reasons": [], "frames": [], "t_rel_s": None, "evidence": [], "t_ref": window.get("t_fire")}
     if len(serious) == 1:

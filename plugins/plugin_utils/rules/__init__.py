@@ -22,8 +22,10 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
     env,
     health,
     nccl,
+    nvlink,
     reach,
     samples,
+    snapshot,
     storage,
     xid,
 )
@@ -41,10 +43,10 @@ _RANK = {v: i for i, v in enumerate(SEVERITY_ORDER)}
 
 # Registered results: gpufleet_result_<module> -> the rules file that judges it. Order matters: the GPU table and
 # the samples come before the checks that name GPUs.
-CHECKS = (("gpu_sample", samples), ("gpu_burn", burn), ("dcgm_diag", dcgm), ("nccl_test", nccl),
-          ("checkpoint_storage", storage), ("training_env_facts", env), ("train_dryrun", dryrun))
+CHECKS = (("health_snapshot", snapshot), ("gpu_sample", samples), ("gpu_burn", burn), ("dcgm_diag", dcgm),
+          ("nccl_test", nccl), ("checkpoint_storage", storage), ("training_env_facts", env), ("train_dryrun", dryrun))
 # Registered results that carry facts judged elsewhere (the GPU table, the XID reads) or the run's own record.
-_OTHER_RESULTS = ("gpu_facts", "xid_facts", "run")
+_OTHER_RESULTS = ("gpu_facts", "xid_facts", "run", "nvlink_facts")
 _FACT_KEYS = ("gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_driver_version", "gpufleet_gpu_problems",
               "gpufleet_pci_gpus")
 
@@ -150,9 +152,21 @@ def evaluate_node(host, hv, in_play_hosts=None):
     lost = xid.lost_entries(xid_reads, problem_sources)
     _guard(node, "xid_facts", lambda: xid.apply(node, xid_reads, problem_sources))
     if facts:
-        _guard(node, "gpu_facts", lambda: health.apply(node, facts, [e.get("pci") for e in lost if e.get("pci")]))
+        # In an audit a busy GPU is production work, not a finding.
+        audit = _mapping(results.get("health_snapshot")).get("mode") == "audit"
+        _guard(node, "gpu_facts", lambda: health.apply(node, facts, [e.get("pci") for e in lost if e.get("pci")],
+                                                       busy_is_finding=not audit))
+    # NVLink and fabric (two reads of a facts module, like the XIDs); before the checks: NCCL's reference needs it.
+    _guard(node, "nvlink", lambda: nvlink.apply(node, hv))
+    # The samples were taken beside a load when the burn did work: a GPU never seen loaded is then unchecked.
+    burn = read.get("gpu_burn") or {}
+    loaded = bool(burn.get("frames")) and any((g.get("processed") or 0) > 0 for g in burn.get("gpus") or [])
     for name, rule in CHECKS:
-        if read.get(name) is not None:
+        if read.get(name) is None:
+            continue
+        if rule is samples:
+            _guard(node, name, lambda data=read[name]: samples.apply(node, data, loaded))
+        else:
             _guard(node, name, lambda rule=rule, data=read[name]: rule.apply(node, data))
     reachable, stage = reach.apply(node, hv, results, in_play_hosts)
     _check_verdicts(node)

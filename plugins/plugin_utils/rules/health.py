@@ -24,9 +24,16 @@ def read_gpus(node, facts):
                 gpu["metrics"].setdefault(key, item[key])
 
 
-def apply(node, facts, lost_pcis):
+def apply(node, facts, lost_pcis, busy_is_finding=True):
+    """busy_is_finding: a GPU running someone else's process is GPU_BUSY (burn-in, preflight); an audit reads nodes
+    at work and only counts them (figure busy_gpus)."""
     findings = judge_gpu_health.judge(facts, node.t, node.host, lost_pcis)
-    findings += judge_busy.judge(facts.get("gpufleet_gpus") or [], node.t, node.host)
+    gpus = facts.get("gpufleet_gpus") or []
+    busy = judge_busy.judge(gpus, node.t, node.host)
+    if busy_is_finding:
+        findings += busy
     expected, source = judge_gpu_health.expected_count(facts, node.t)
-    node.judged(MODULE, findings, {"gpus": facts.get("gpufleet_gpu_count"), "expected_gpus": expected,
-                                   "expected_source": source})
+    figures = {"gpus": facts.get("gpufleet_gpu_count"), "expected_gpus": expected, "expected_source": source}
+    if not busy_is_finding:
+        figures["busy_gpus"] = len(judge_busy.busy_gpus(gpus, node.t["gpufleet_busy_ignore_processes"]))
+    node.judged(MODULE, findings, figures)

@@ -11,5 +11,7 @@ MODULE = "nccl_test"
 
 def apply(node, data):
     names = node.gpu_names()
-    findings = judge_nccl.judge(data, node.t, node.host, gpu_names=names, sources=node.sources)
-    node.judged(MODULE, findings, judge_nccl.figures(data, node.t, names, node.sources), data.get("not_run"), data)
+    topology = getattr(node, "interconnect", None)  # from the NVLink read (rules/nvlink.py), None when not read
+    findings = judge_nccl.judge(data, node.t, node.host, gpu_names=names, sources=node.sources, topology=topology)
+    node.judged(MODULE, findings, judge_nccl.figures(data, node.t, names, node.sources, topology),
+                data.get("not_run"), data)

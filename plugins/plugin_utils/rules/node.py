@@ -28,6 +28,8 @@ class Node:
         self.pci_index = {}
         self.series = {}
         self.timeline = []
+        # How the GPUs reach each other (nvswitch, nvlink, pcie, mixed; rules/nvlink.py): NCCL's reference depends on it.
+        self.interconnect = None
 
     # GPUs are known by index (nvidia-smi's, PCI bus order) and joined to every other source by PCI address.
     def gpu(self, index=None, pci=None):

@@ -11,7 +11,8 @@ import pytest
 from gpufleet_cli.main import parse_extra
 
 REPO = Path(__file__).resolve().parents[3]
-GPUFLEET = Path(sys.executable).with_name("gpufleet")
+# `python -m` with this checkout on the path: the code under test, wherever the installed script points.
+GPUFLEET_CMD = [sys.executable, "-m", "gpufleet_cli.main"]
 
 
 def test_extra_vars_forms(tmp_path):
@@ -23,17 +24,34 @@ def test_extra_vars_forms(tmp_path):
         parse_extra(["no-equals-sign"])
 
 
-@pytest.mark.skipif(not GPUFLEET.exists(), reason="gpufleet is installed by `make venv`")
 def test_run_preflight_on_one_sim_node_through_ansible_runner(tmp_path):
-    env = dict(os.environ, GPUFLEET_SIM_STATE_ROOT=str(tmp_path / "state"), COLUMNS="200")
-    proc = subprocess.run([str(GPUFLEET), "run", "preflight", "-i", "inventories/sim", "-l", "sim-node07",
-                           "-e", "gpufleet_fail_on=warn", "--report-dir", str(tmp_path / "reports"), "-q"],
+    # The command of this checkout (the installed `gpufleet` script may come from another one), its output piped as
+    # in CI or `| tee`: Ansible's output as it comes, then the report table once, no colour codes, no CR LF.
+    env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_NOCOLOR", "ANSIBLE_FORCE_COLOR", "FORCE_COLOR")}
+    env.update(GPUFLEET_SIM_STATE_ROOT=str(tmp_path / "state"), COLUMNS="200", PYTHONPATH=str(REPO))
+    proc = subprocess.run(GPUFLEET_CMD + ["run", "preflight", "-i", "inventories/sim", "-l", "sim-node07",
+                                         "-e", "gpufleet_fail_on=warn", "--report-dir", str(tmp_path / "reports")],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     # sim-node07 runs a neighbour process: at fail_on=warn the gate fails and so does the command.
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "sim-node07" in proc.stdout and "GPU_BUSY" in proc.stdout + json.dumps(
         json.loads((tmp_path / "reports" / "latest" / "report.json").read_text()))
     assert (tmp_path / "reports" / ".runner").is_dir()  # ansible-runner's event record of the run
-    shown = subprocess.run([str(GPUFLEET), "report", str(tmp_path / "reports" / "latest")], cwd=REPO,
+    assert "TASK [" in proc.stdout and "PLAY RECAP" in proc.stdout, "Ansible's output is shown"
+    assert "\x1b[" not in proc.stdout + proc.stderr, "colour codes in piped output"
+    assert "\r" not in proc.stdout
+    assert proc.stdout.count("worst finding") == 1, "the summary table is printed once"
+    assert proc.stdout.index("PLAY RECAP") < proc.stdout.index("worst finding")
+    assert "gate fail_on=warn: 1 of 1 node(s) failed it: sim-node07" in proc.stdout
+    shown = subprocess.run(GPUFLEET_CMD + ["report", str(tmp_path / "reports" / "latest")], cwd=REPO,
                            capture_output=True, text=True, env=env, timeout=60)
-    assert shown.returncode == 2 and "FAILED: sim-node07" in shown.stdout
+    assert shown.returncode == 2 and "FAILED: sim-node07" in shown.stdout and "\x1b[" not in shown.stdout
+
+
+def test_quiet_run_prints_only_the_table(tmp_path):
+    env = dict(os.environ, GPUFLEET_SIM_STATE_ROOT=str(tmp_path / "state"), COLUMNS="200", PYTHONPATH=str(REPO))
+    proc = subprocess.run(GPUFLEET_CMD + ["run", "preflight", "-i", "inventories/sim", "-l", "sim-node01",
+                                         "--report-dir", str(tmp_path / "reports"), "-q"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "TASK [" not in proc.stdout and "sim-node01" in proc.stdout and "Gate (fail_on=fail): passed" in proc.stdout

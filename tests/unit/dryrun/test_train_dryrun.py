@@ -247,3 +247,16 @@ def test_sweep_kills_orphans_carrying_the_marker():
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_rank_lines_that_ran_together_are_both_read():
+    """Two ranks share torchrun's stdout; an unbuffered print() writes the text and its newline apart, so a line can
+    hold both ranks' results (seen: the dry run then read no rank and passed on the exit status alone)."""
+    import importlib
+    mod = importlib.import_module("ansible_collections.kentino.gpufleet.plugins.modules.train_dryrun")
+    one = 'GPUFLEET_DRYRUN {"rank": 0, "step_time_s": 0.1, "ok": true}'
+    two = 'GPUFLEET_DRYRUN {"rank": 1, "step_time_s": 1.0, "ok": true}'
+    unparsed = []
+    ranks = mod._rank_results("noise " + one + two + "\n\nGPUFLEET_DRYRUN {not json\n", unparsed)
+    assert [(r["rank"], r["step_time_s"]) for r in ranks] == [(0, 0.1), (1, 1.0)]
+    assert unparsed == ["GPUFLEET_DRYRUN {not json"]

@@ -4,8 +4,7 @@ report_schema.json, rendered in report.md and report.html."""
 
 import json
 import math
-import sys
-import types
+import time
 from pathlib import Path
 
 import pytest
@@ -74,25 +73,30 @@ def test_failure_rate_sources(inventory, history, expected, words):
     assert rate == pytest.approx(expected) and words in source
 
 
-def test_history_store_interface(monkeypatch, tmp_path):
+def test_history_observations_from_a_real_history(tmp_path):
+    """The plan reads the fleet's own rate from the history file the report writes; a file that is not a history is
+    a note, never a lost report."""
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
+
     assert cadence.history_observations(None) == (None, "no gpufleet_history_dir")
-    fake = types.ModuleType("history")
-    calls = []
-
-    def failure_observations(history_dir, days):
-        calls.append((history_dir, days))
-        return {"failures": 4, "gpu_hours": 200000.0, "window_days": 90}
-
-    fake.failure_observations = failure_observations
-    monkeypatch.setitem(sys.modules, "ansible_collections.kentino.gpufleet.plugins.plugin_utils.history", fake)
+    assert cadence.history_observations(str(tmp_path)) == (None, "no GPU-hours in the history yet")
+    now = time.time()
+    with History(default_path(tmp_path)) as h:
+        for day, host_up in ((2, 1), (1, 1), (0, 0)):
+            ts = now - day * 86400.0
+            h.record({"run_id": "r%d" % day, "playbook": "audit", "started": None, "finished": None, "ts": ts,
+                      "verdict": "pass"},
+                     [{"host": "n1", "ts": ts, "verdict": "pass" if host_up else "unreachable", "reachable": host_up,
+                       "gpu_count": 8, "gpus": [], "xids": [], "baselines": [], "doc": None}])
     obs, why = cadence.history_observations(str(tmp_path))
-    assert obs["failures"] == 4 and why is None and calls == [(str(tmp_path), cadence.HISTORY_DAYS)]
-
-    def broken(history_dir, days):
-        raise OSError("database is locked")
-
-    fake.failure_observations = broken
-    assert cadence.history_observations(str(tmp_path)) == (None, "the history store failed: database is locked")
+    assert why is None and obs["failures"] == 1 and obs["gpu_hours"] == pytest.approx(8 * 48, abs=0.1)
+    rate, source = cadence.failure_rate(None, obs)
+    assert rate == pytest.approx((384 + 50000) / 2, abs=1) and "audit history: 1 interruption" in source
+    (tmp_path / "foreign").mkdir()
+    with open(default_path(tmp_path / "foreign"), "w") as fh:
+        fh.write("not a database " * 20)
+    obs, why = cadence.history_observations(str(tmp_path / "foreign"))
+    assert obs is None and why.startswith("the history could not be read:")
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +114,12 @@ def test_report_section_from_a_recorded_preflight(preflight):
                   for n in doc["nodes"] if (n["checks"].get("checkpoint_storage") or {}).get("figures", {}).get(
                       "estimated_checkpoint_s"))
     assert section["status"] == "ok", section
-    assert section["inputs"]["gpus"] == doc["summary"]["gpus"] == 64
+    gpus = sum(len(n["gpus"]) for n in doc["nodes"])
+    assert section["inputs"]["gpus"] == doc["summary"]["gpus"] == gpus
     assert section["inputs"]["slowest_node"] == slowest[1] and section["checkpoint_write_s"] == pytest.approx(
         slowest[0], abs=1e-3)
     assert section["inputs"]["interval_min"] == 30.0 and section["inputs"]["failure_source"].startswith("the default")
-    mtbf_s = 50000 / 64 * 3600
+    mtbf_s = 50000 / gpus * 3600
     assert section["optimal_interval_min"] == pytest.approx(math.sqrt(2 * slowest[0] * mtbf_s) / 60, rel=1e-3)
     doc = dict(doc, cadence=section)
     report.validate_report(doc)
@@ -139,7 +144,8 @@ def test_without_a_write_speed_the_section_says_what_is_missing(preflight):
     bare = dict(doc, nodes=[dict(n, checks={k: v for k, v in n["checks"].items() if k != "checkpoint_storage"})
                             for n in doc["nodes"]])
     section = cadence.report_section(bare, hosts, history={})
-    assert section["status"] == "incomplete" and section["interruptions_per_day"] == pytest.approx(24 * 64 / 50000)
+    assert section["status"] == "incomplete" and section["interruptions_per_day"] == pytest.approx(
+        24 * sum(len(n["gpus"]) for n in doc["nodes"]) / 50000)
     report.validate_report(dict(bare, cadence=section))
     assert "Not computed: the checkpoint write time" in render_md.render(dict(bare, cadence=section))
     err = cadence.error_section(ValueError("boom"))

@@ -126,3 +126,28 @@ def test_values_of_the_wrong_type_never_raise(path, value):
 @given(GARBAGE)
 def test_fuzz_never_raises(data):
     check_shape(judge_dryrun.judge(data, thresholds(), HOST))
+
+
+NOT_READY = ("[rank0]: RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before "
+             "calling NumCudaDevices() that might have already set an error? Error 802: system not yet initialized")
+
+
+def test_cuda_error_802_points_at_the_fabric_manager():
+    result = healthy()
+    result["tool"]["rc"] = 1
+    result["ranks"] = []
+    result["output_tail"] = [NOT_READY, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+    findings = judge(result)
+    assert codes(findings)[:2] == [("DRYRUN_FABRIC_NOT_READY", None), ("DRYRUN_FAIL", None)]
+    f = findings[0]
+    assert f["severity"] == "fail" and "error 802" in f["message"] and NOT_READY in f["evidence"]
+    assert "systemctl enable --now nvidia-fabricmanager" in f["action"] and "kentino.gpufleet.fabric_manager" in f["action"]
+    assert_schema("train_dryrun", result, findings)
+    # The other spellings: the CUDA runtime's, the driver API's, a rank's own error.
+    for text in ("cudaGetDeviceProperties returned 802 -> system not yet initialized",
+                 "CUDA_ERROR_SYSTEM_NOT_READY", "cudaErrorSystemNotReady"):
+        ok = healthy()
+        ok["ranks"][1]["status"] = "fail"
+        ok["ranks"][1]["errors"] = [text]
+        assert ("DRYRUN_FABRIC_NOT_READY", None) in codes(judge(ok)), text
+    assert ("DRYRUN_FABRIC_NOT_READY", None) not in codes(judge(healthy()))

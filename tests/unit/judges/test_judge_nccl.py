@@ -181,3 +181,24 @@ def test_values_of_the_wrong_type_never_raise(path, value):
 def test_fuzz_never_raises(data):
     check_shape(judge_nccl.judge(data, thresholds(), HOST))
     judge_nccl.figures(data, thresholds())
+
+
+def test_the_reference_applies_to_the_interconnect_it_was_measured_on():
+    # H100's 370 GB/s is an NVSwitch (SXM) figure: on an NVSwitch node it is the floor, naming the interconnect.
+    f = only(judge_nccl.judge(healthy(peak=200.0), thresholds(), HOST, topology="nvswitch"), "NCCL_BUSBW_LOW")
+    assert "built-in reference for H100 on nvswitch (370 GB/s) x 0.7" in f["message"]
+    # The same model over PCIe (H100 PCIe cards, or an HGX whose fabric is down): no reference, a warning saying how.
+    w = only(judge_nccl.judge(healthy(peak=40.0), thresholds(), HOST, topology="pcie"), "NCCL_NO_BASELINE")
+    assert "the H100 reference (370 GB/s) is for nvswitch machines, this node's GPUs talk over pcie" in w["message"]
+    assert "{'H100@pcie': <GB/s>}" in w["message"]
+    # A site's reference for that interconnect applies; an unqualified one applies to any.
+    t = thresholds(gpufleet_nccl_reference_busbw_gbps={"H100@pcie": 50.0})
+    assert codes(judge_nccl.judge(healthy(peak=36.0), t, HOST, topology="pcie")) == []
+    f = only(judge_nccl.judge(healthy(peak=34.0), t, HOST, topology="pcie"), "NCCL_BUSBW_LOW")
+    assert "gpufleet_nccl_reference_busbw_gbps reference for H100 on pcie (50 GB/s) x 0.7" in f["message"]
+    assert judge_nccl.threshold(["NVIDIA H100 80GB HBM3"], thresholds(gpufleet_nccl_reference_busbw_gbps={
+        "H100": 100.0}), topology="pcie")[0] == 70.0
+    # A PCIe card's figure is not applied to an NVSwitch machine either; unknown topology keeps the model's figure.
+    assert judge_nccl.threshold(["NVIDIA GeForce RTX 5090"], thresholds(), topology="nvswitch")[0] is None
+    assert judge_nccl.threshold(["NVIDIA GeForce RTX 5090"], thresholds())[0] == 35.0
+    assert judge_nccl.figures(healthy(), thresholds(), topology="pcie")["interconnect"] == "pcie"

@@ -81,7 +81,7 @@ def test_the_critical_code_list_follows_the_catalog(tmp_path):
 @needs_promtool
 def test_promtool_check_rules_is_clean():
     res = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert res.returncode == 0 and "SUCCESS: 16 rules found" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "SUCCESS: 20 rules found" in res.stdout, res.stdout + res.stderr
 
 
 @needs_promtool
@@ -99,7 +99,8 @@ def test_every_alert_has_severity_summary_and_runbook_section():
     assert names == {"GpuXidCritical", "GpuLost", "GpuTemperatureHigh", "GpuEccVolatileIncreasing",
                      "GpuEccRateAccelerating", "GpuThermalViolation", "GpuRowRemapFailure", "GpuRemapBanksExhausting",
                      "NvmeWearHigh", "CheckpointStorageReadOnly", "CheckpointStorageFull", "GpufleetWatcherStale",
-                     "NodeExporterTextfileError"}
+                     "NodeExporterTextfileError", "FabricManagerDown", "GpuFabricIncomplete", "GpuNvlinkDown",
+                     "GpuNvlinkErrorsRising"}
 
 
 @needs_promtool
@@ -208,6 +209,56 @@ def test_gpu_lost(tmp_path):
         {"interval": "1m", "input_series": [series("gpufleet_gpus_visible", values="8x3 7x10"),
                                             series("gpufleet_gpus_expected", values="8x14")],
          "alert_rule_test": [silent("GpuLost", "3m"), silent("GpuLost", "4m"), alert("GpuLost", "6m", count)]},
+    ])
+
+
+@needs_promtool
+def test_fabric_manager_fabric_and_nvlink_alerts(tmp_path):
+    g = {"pci": PCI, "gpu": "3"}
+    per_gpu = dict(NODE, severity="warning", pci=PCI, gpu="3", uuid="GPU-abc")
+    fm = dict(NODE, severity="critical", service="nvidia-fabricmanager")
+    run_promtool(tmp_path, without_annotations(), [
+        # The fabric manager stops: one critical alert; the links it takes down do not page separately.
+        {"interval": "1m", "input_series": [
+            series("gpufleet_fabric_manager_active", {"service": "nvidia-fabricmanager"}, "1x3 0x10"),
+            series("gpufleet_gpu_fabric_complete", dict(g, state="completed"), "1x3 _x10"),
+            series("gpufleet_gpu_fabric_complete", dict(g, state="in_progress"), "_x3 0x10"),
+            series("gpufleet_nvlink_link_up", dict(g, link="0"), "1x3 0x10"),
+            {"series": INFO, "values": "1x14"}],
+         "alert_rule_test": [silent("FabricManagerDown", "4m"), alert("FabricManagerDown", "6m", fm),
+                             silent("GpuNvlinkDown", "12m"), silent("GpuFabricIncomplete", "12m")]},
+        # A GPU without a fabric manager unit at all, but with a fabric state: the fabric manager is missing.
+        {"interval": "1m", "input_series": [series("gpufleet_gpu_fabric_complete", dict(g, state="in_progress"),
+                                                   "0x10")],
+         "alert_rule_test": [alert("FabricManagerDown", "3m", {"instance": "n1:9100", "severity": "critical"})]},
+        # The fabric manager runs, one GPU does not register.
+        {"interval": "1m", "input_series": [
+            series("gpufleet_fabric_manager_active", {"service": "nvidia-fabricmanager"}, "1x12"),
+            series("gpufleet_gpu_fabric_complete", dict(g, state="in_progress"), "0x12"),
+            {"series": INFO, "values": "1x12"}],
+         "alert_rule_test": [silent("GpuFabricIncomplete", "3m"),
+                             alert("GpuFabricIncomplete", "6m", dict(per_gpu, severity="critical",
+                                                                     state="in_progress"))]},
+        # Two links of GPU 3 go down with the fabric manager running: one alert for the GPU, value 2.
+        {"interval": "1m", "input_series": [
+            series("gpufleet_fabric_manager_active", {"service": "nvidia-fabricmanager"}, "1x12"),
+            series("gpufleet_nvlink_link_up", dict(g, link="0"), "1x12"),
+            series("gpufleet_nvlink_link_up", dict(g, link="5"), "1x2 0x10"),
+            series("gpufleet_nvlink_link_up", dict(g, link="11"), "1x2 0x10"),
+            {"series": INFO, "values": "1x12"}],
+         "alert_rule_test": [silent("GpuNvlinkDown", "5m"),
+                             {"eval_time": "8m", "alertname": "GpuNvlinkDown", "exp_alerts": [
+                                 {"exp_labels": {"instance": "n1:9100", "severity": "warning", "pci": PCI, "gpu": "3",
+                                                 "uuid": "GPU-abc"}}]}]},
+        # Replays: any; CRC: from 100 per second; 50 per second stays silent.
+        {"interval": "1m", "input_series": [
+            series("gpufleet_nvlink_errors_total", dict(g, link="3", type="replay"), "0x5 4x10"),
+            series("gpufleet_nvlink_errors_total", dict(g, link="4", type="crc"), "0+3000x15"),
+            series("gpufleet_nvlink_errors_total", dict(g, link="5", type="crc"), "0+9000x15"),
+            {"series": INFO, "values": "1x15"}],
+         "alert_rule_test": [{"eval_time": "10m", "alertname": "GpuNvlinkErrorsRising", "exp_alerts": [
+             {"exp_labels": dict(per_gpu, link="3", type="replay")},
+             {"exp_labels": dict(per_gpu, link="5", type="crc")}]}]},
     ])
 
 

@@ -62,7 +62,36 @@ def test_a_worn_read_only_checkpoint_nvme(tmp_path):
     assert value(m, "gpufleet_nvme_critical_warning", device="/dev/nvme1", flag="read_only") == 1
     assert value(m, "gpufleet_nvme_critical_warning", device="/dev/nvme1", flag="temperature") == 0
     assert value(m, "gpufleet_nvme_percent_used", device="/dev/nvme0") is not None
-    assert total(m, "gpufleet_health_collector_up") == 3
+    assert total(m, "gpufleet_health_collector_up") == 4  # gpu, nvlink (an HGX node), checkpoint_storage, nvme
+
+
+def test_nvlink_links_counters_fabric_and_the_fabric_manager(tmp_path):
+    res, prom, node = run_health(tmp_path, "hgx_nvlink_down")
+    assert res.returncode == 0, res.stderr
+    m = read_metrics(prom)
+    pci5 = "0000:%s:00" % node.gpus[5]["bus"]
+    assert value(m, "gpufleet_nvlink_link_up", pci=pci5, gpu="5", link="11") == 0
+    assert value(m, "gpufleet_nvlink_link_up", pci=pci5, gpu="5", link="10") == 1
+    assert value(m, "gpufleet_nvlink_link_speed_gbps", pci=pci5, gpu="5", link="10") == 26.562
+    assert value(m, "gpufleet_nvlink_link_speed_gbps", pci=pci5, gpu="5", link="11") is None
+    assert total(m, "gpufleet_nvlink_link_up") == 8 * 18 - 1
+    assert value(m, "gpufleet_nvlink_errors_total", pci=pci5, gpu="5", link="11", type="crc") == 0
+    assert value(m, "gpufleet_gpu_fabric_complete", pci=pci5, gpu="5", state="completed") == 1
+    assert value(m, "gpufleet_fabric_manager_active", service="nvidia-fabricmanager") == 1
+    assert value(m, "gpufleet_health_collector_up", collector="nvlink") == 1
+    check = subprocess.run(["promtool", "check", "metrics"], input=prom.read_text(), capture_output=True, text=True)
+    assert check.returncode == 0 and not (check.stdout + check.stderr).strip(), check.stdout + check.stderr
+
+    stopped, prom2, node2 = run_health(tmp_path / "stopped", "hgx_fabric_manager_stopped")
+    m2 = read_metrics(prom2)
+    assert value(m2, "gpufleet_fabric_manager_active", service="nvidia-fabricmanager") == 0
+    assert total(m2, "gpufleet_gpu_fabric_complete") == 0 and len([k for k in m2 if k[0] == "gpufleet_gpu_fabric_complete"]) == 8
+    assert total(m2, "gpufleet_nvlink_link_up") == 0
+
+    pcie, prom3, _node3 = run_health(tmp_path / "pcie", "healthy_rtx5090")
+    m3 = read_metrics(prom3)
+    assert not [k for k in m3 if k[0].startswith(("gpufleet_nvlink_", "gpufleet_fabric_", "gpufleet_gpu_fabric"))]
+    assert value(m3, "gpufleet_health_collector_up", collector="nvlink") == 1
 
 
 def test_missing_tools_and_paths_are_reported_and_the_rest_is_written(tmp_path):

@@ -152,3 +152,33 @@ def test_heartbeat_kills_alone_are_a_hang_without_a_named_rank():
     assert r["window"]["basis"] == "last timeout in the logs" and r["window"]["timeout_s"] == 480
     assert r["verdict"]["kind"] == "undetermined" and len(r["logs"]["heartbeat_kills"]) == 4
     assert "no flight-recorder dumps" in r["verdict"]["message"]
+
+
+def test_hardware_findings_and_actions_are_the_fleet_reports():
+    """The post-mortem judges the window's XIDs with judge_xid, the fleet report's judge: same codes, same actions."""
+    from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_xid
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import findings
+
+    ev = fleet(T=T, faults={2: {"gpu": 5}})
+    xid13 = ("%s NVRM: Xid (PCI:0000:%s:00): 13, pid=4242, name=python3, Graphics Exception: ESR 0x504648"
+             % (iso(T - 20), BUSES[2]))
+    ev["node03"] = node_evidence(RISER_JOB, 2, T, _xid(5) + [xid13], lost=[5])
+    r = analysis.analyse(ev)
+    report, _timeline = judge_xid.judge(ev["node03"]["kernel"]["events"], [], {}, "node03",
+                                        {"0000:%s:00" % BUSES[i]: i for i in range(8)})
+    by_code = {f["code"]: f for f in report}
+    assert r["verdict"]["action"] == by_code["GPU_LOST"]["action"]
+    issue = [i for i in r["hardware"]["node03"] if i["gpus"] == [2]][0]
+    # XID 13: NVIDIA says restart the application: listed, never blamed
+    assert (issue["kind"], issue["code"], issue["action"]) == ("application", "XID_OTHER", by_code["XID_OTHER"]["action"])
+    extra = [f for f in findings.build(r) if f["code"] == "XID_OTHER"]
+    assert len(extra) == 1 and extra[0]["gpu"] == 2 and extra[0]["action"] == by_code["XID_OTHER"]["action"]
+
+
+def test_the_nodes_inventory_thresholds_reach_the_judge():
+    ev = fleet(T=T, faults={2: {"gpu": 5}})
+    # a site that counts XID 79 among the RMA codes (and not as a lost GPU) gets the RMA action
+    r = analysis.analyse(ev, thresholds={"node03": {"gpufleet_lost_xids": [], "gpufleet_rma_xids": [48, 63, 64, 79]}})
+    v = r["verdict"]
+    assert v["kind"] == "hardware" and v["action"].startswith("replace the card (RMA)")
+    assert [(i["kind"], i["code"]) for i in r["hardware"]["node03"]] == [("rma", "XID_RMA")]

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,8 @@ PLAYBOOK = """
             run_id: "{{ run_id }}"
             report_dir: "{{ report_dir }}"
             fail_on: "{{ fail_on }}"
+            fail_task: "{{ fail_task | default(true) }}"
+            show_summary: "{{ show_summary | default(false) }}"
           register: gpufleet_report
       always:
         - name: Keep the result for the test
@@ -65,10 +68,12 @@ def _write_inventory(tmp_path):
     (tmp_path / "play.yml").write_text(PLAYBOOK)
 
 
-def _run(tmp_path, run_id, fail_on="fail", check=False):
+def _run(tmp_path, run_id, fail_on="fail", check=False, extra=()):
     cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.ini"),
            str(tmp_path / "play.yml"), "-e", "run_id=%s" % run_id, "-e", "report_dir=%s" % (tmp_path / "reports"),
            "-e", "fail_on=%s" % fail_on]
+    for item in extra:
+        cmd += ["-e", item]
     if check:
         cmd.append("--check")
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
@@ -89,6 +94,13 @@ def runs(tmp_path_factory):
     return tmp_path, first, second, checked
 
 
+@pytest.fixture(scope="module")
+def run_without_failing(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("action-nofail")
+    _write_inventory(tmp_path)
+    return _run(tmp_path, "run-nofail", extra=["fail_task=false", "show_summary=true"])
+
+
 def test_report_written_and_gate_fails(runs):
     tmp_path, (proc, result), _, _ = runs
     assert result is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -104,6 +116,19 @@ def test_report_written_and_gate_fails(runs):
     down = next(n for n in doc["nodes"] if n["host"] == "node-down")
     assert down["stage"] == "facts" and down["reachable"] is False
     assert "| node-down | UNREACHABLE | facts |" in result["summary_md"]
+    assert result["gate_failed"] is True
+
+
+def test_gate_failure_without_failing_the_task_prints_the_summary_once(run_without_failing):
+    proc, result = run_without_failing
+    assert proc.returncode == 4, "only node-down's unreachability fails the play, not the gate: %s" % (
+        proc.stdout[-3000:])
+    assert result.get("failed") is not True and result["gate_failed"] is True
+    assert result["failing_nodes"] == ["node-down", "node-badvar"] and "node-down" in result["msg"]
+    # show_summary prints the table as plain lines (not a JSON or YAML string), and once.
+    assert proc.stdout.count("| node | verdict | stage | worst finding | action |") == 1
+    assert "\n| node-down | UNREACHABLE | facts |" in proc.stdout
+    assert "HTML report: %s" % result["html_path"] in proc.stdout
 
 
 def test_config_error_names_host_variable_and_type(runs):
@@ -146,3 +171,19 @@ def test_an_empty_fleet_fails_instead_of_passing(tmp_path):
     assert proc.returncode == 2
     assert "matched no host" in proc.stdout
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_report_that_cannot_be_written_still_reaches_the_console_and_a_fallback_file(tmp_path):
+    """The directory was checked before the run, and then vanished or went read-only: the verdicts are not lost."""
+    _write_inventory(tmp_path)
+    cmd = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.ini"),
+           str(tmp_path / "play.yml"), "-e", "run_id=run-lost", "-e", "report_dir=/proc/gpufleet-no-such-dir",
+           "-e", "fail_on=never"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
+               ANSIBLE_SSH_ARGS="-o ConnectTimeout=3 -o BatchMode=yes", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode != 0
+    assert "The verdicts are not lost" in proc.stdout and "| node-ok | PASS |" in proc.stdout, proc.stdout[-3000:]
+    fallback = Path(tempfile.gettempdir()) / "gpufleet-report-run-lost.json"
+    assert fallback.exists() and json.loads(fallback.read_text())["run_id"] == "run-lost"
+    fallback.unlink()

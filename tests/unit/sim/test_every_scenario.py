@@ -10,7 +10,24 @@ FRAME = re.compile(r"^\d{1,3}\.\d%  proc'd: (-?\d+ \(\d+ Gflop/s\) (- )?)+  erro
 PREFIX = re.compile(r"^\[ *\d+\.\d{6}\] ")
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+# HGX scenarios whose GPUs never registered with the NVLink fabric: every CUDA tool fails with error 802.
+FABRIC_NOT_READY = ("hgx_fabric_manager_stopped",)
+
+
+@pytest.mark.parametrize("scenario", FABRIC_NOT_READY)
+def test_cuda_tools_fail_with_802_while_the_fabric_is_not_ready(sim, scenario):
+    burn = sim.run(scenario, "gpu_burn", "200")
+    assert burn.returncode == 19 and burn.stderr == ("Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): system not "
+                                                     "yet initialized\n")
+    assert re.search(r"^GPU 7: NVIDIA H100 80GB HBM3 \(UUID: GPU-", burn.stdout, re.M)  # nvidia-smi -L still works
+    nccl = sim.run(scenario, "all_reduce_perf", "-b", "1M", "-e", "4M", "-f", "2", "-g", "1")
+    assert nccl.returncode == 1 and "Test CUDA failure common.cu:1011 'system not yet initialized'" in nccl.stderr
+    dry = sim.run(scenario, "torchrun", "--nproc-per-node=2", "dryrun.py")
+    assert dry.returncode == 1 and dry.stderr.count("Error 802: system not yet initialized") == 2
+    assert "ChildFailedError" in dry.stderr
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s not in FABRIC_NOT_READY])
 def test_scenario_through_all_stand_ins(sim, scenario):
     burn = sim.run(scenario, "gpu_burn", "200")
     assert burn.returncode == 0, burn.stderr

@@ -58,13 +58,13 @@ def test_switching_scenario_starts_a_clean_state(sim):
     assert ": 79, " not in sim.run("healthy_rtx5090", "journalctl", "-k", "-o", "cat").stdout
 
 
-def test_default_inventory_wires_eight_scenarios():
+def test_default_inventory_wires_nine_scenarios():
     hosts = yaml.safe_load((REPO / "inventories" / "sim" / "hosts.yml").read_text())["gpufleet_sim"]
-    assert sorted(hosts["hosts"]) == ["sim-node%02d" % i for i in range(1, 9)]
+    assert sorted(hosts["hosts"]) == ["sim-node%02d" % i for i in range(1, 10)]
     used = [h["gpufleet_sim_scenario"] for h in hosts["hosts"].values()]
-    assert set(used) <= set(SCENARIOS) and len(set(used)) == 8
+    assert set(used) <= set(SCENARIOS) and len(set(used)) == 9
     assert {"healthy_h100", "healthy_rtx5090", "riser_xid79", "psu_rail_b", "ecc_leak", "pcie_degraded",
-            "neighbour_process", "checkpoint_readonly"} == set(used)
+            "neighbour_process", "checkpoint_readonly", "hgx_nvlink_down"} == set(used)
     gv = yaml.safe_load((REPO / "inventories" / "sim" / "group_vars" / "gpufleet_sim.yml").read_text())
     assert gv["ansible_connection"] == "local"
     assert gv["gpufleet_psu_rails"] == {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]}

@@ -231,7 +231,7 @@ def test_permission_denied_names_owner_mode_and_user():
 
 def _module():
     import importlib
-    return importlib.import_module("ansible_collections.kentino.gpufleet.plugins.modules.checkpoint_storage")
+    return importlib.import_module("ansible_collections.kentino.gpufleet.plugins.module_utils.checkpoint_state")
 
 
 def test_write_test_disk_full_cleans_up(tmp_path, monkeypatch):

@@ -367,3 +367,68 @@ def test_channel_id_chid_and_channel_forms():
 def test_burst_takes_its_channel_from_a_later_line():
     res = parse("xid_13_burst.log")
     assert [e["channel"] for e in res["events"]] == [0x10, 0x12]  # "ChID 0010" on the burst's last line
+
+
+# ---------------------------------------------------------------- one severity policy
+
+
+@pytest.mark.parametrize("overrides", [{}, {45: "critical", 79: "warning", 154: "info", 145: "info"}])
+def test_every_event_carries_the_policy_severity_the_report_recomputes(overrides):
+    """The node labels events with xid_policy.severity, the function the fleet report calls again: same answer."""
+    from ansible_collections.kentino.gpufleet.plugins.module_utils import xid_policy
+
+    seen = set()
+    for path in sorted(FIX.glob("*.log")):
+        for event in parse(path.name, severity_overrides=overrides)["events"]:
+            expected = xid_policy.severity(event["xid"], event["details"], event["correlated_with"], overrides,
+                                           synthetic=event["synthetic"])
+            assert (event["severity"], event["severity_basis"]) == expected, (path.name, event["line"])
+            seen.add((event["xid"], event["synthetic"], bool(event["correlated_with"])))
+    # the cases that refine the catalog's default are all among the fixtures
+    assert {(45, False, True), (45, False, False), (79, True, False), (154, False, False),
+            (145, False, False)} <= seen
+
+
+# ---------------------------------------------------------------- take_new (the watcher's way in)
+
+
+def _xid_line(uptime, code=13, bus="3b", body="Graphics Exception"):
+    return "[%12.6f] NVRM: Xid (PCI:0000:%s:00): %d, pid=42, name=python3, %s" % (uptime, bus, code, body)
+
+
+def test_take_new_hands_out_each_event_once_and_forgets_it():
+    scanner = XidScanner(max_events=10)
+    scanner.feed_line(_xid_line(100.0))
+    scanner.feed_line("[ 100.100000] NVRM: Xid (PCI:0000:3b:00) 13")  # an Xid line the parser cannot read
+    first = scanner.take_new()
+    assert [(e["xid"], e["pci"], e["counted"]) for e in first["events"]] == [(13, "0000:3b:00", True)]
+    assert first["events"][0]["epoch_s"] is None and "_seq" not in first["events"][0]
+    assert first["unparsed"] == {"xid_line": 1} and first["lost"] == []
+    # the burst goes on in the next read: folded into the event already handed out, not a new one
+    scanner.feed_line(_xid_line(100.5))
+    assert scanner.take_new()["events"] == []
+    # a GPU that falls off the bus without an Xid line, then an XID 45 caused by an earlier 79 on another GPU
+    scanner.feed_line("[ 200.000000] NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.")
+    scanner.feed_line(_xid_line(300.0, 79, "86", "GPU has fallen off the bus."))
+    scanner.feed_line(_xid_line(300.2, 45, "86", "Preemptive Cleanup, due to previous errors."))
+    new = scanner.take_new()
+    assert [(e["xid"], e["counted"], e["severity"]) for e in new["events"]] == [(79, True, "critical"),
+                                                                               (45, False, "info")]
+    assert [(lost["pci"], lost["line"]) for lost in new["lost"]] == [
+        ("0000:29:00", "[ 200.000000] NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.")]
+    assert new["unparsed"] == {} and new["events_dropped"] == 0
+    assert scanner.take_new() == {"events": [], "lost": [], "unparsed": {}, "events_dropped": 0}
+
+
+def test_take_new_keeps_memory_bounded_over_a_long_follow():
+    scanner = XidScanner(max_events=100)
+    taken = dropped = 0
+    for n in range(20000):
+        scanner.feed_line(_xid_line(10.0 + n * 10, 31 + n % 2, "%02x" % (n % 200)))
+        if n % 150 == 149:  # more than max_events between two takes: the oldest are dropped, and said so
+            new = scanner.take_new()
+            taken, dropped = taken + len(new["events"]), dropped + new["events_dropped"]
+    taken += len(scanner.take_new()["events"])
+    assert (taken, dropped) == (20000 - 133 * 50, 133 * 50)
+    assert scanner.events == [] and scanner.counts_by_pci == {} and scanner.counts_by_code == {}
+    assert len(scanner._recent_by_pci) <= 256 and len(scanner.unparsed_samples) <= 5

@@ -13,7 +13,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[3]
 ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools",
-         "elastic_training"]
+         "elastic_training", "fabric_manager"]
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +79,24 @@ def test_a_branch_after_580_is_refused_for_gpus_older_than_turing(run):
     assert "nvidia_driver_legacy_gpu" in msg
     assert name.endswith("Refuse a branch after the last one for GPUs older than Turing"), name
     assert "GPUs 1b06, 1db6 include Maxwell, Pascal or Volta cards" in msg and "up to branch 580 only" in msg
+
+
+def test_a_fabric_manager_version_other_than_the_drivers_is_refused_before_any_change(run):
+    failed = run["fabric_manager_mismatch"]["failed"]
+    assert len(failed) == 1, failed
+    name, msg = failed[0]
+    assert name.endswith("Refuse a fabric manager version other than the driver's (it would not start)"), name
+    assert "fabric_manager_mismatch: fabric_manager_version 570.148.08 does not match the driver 570.172.08" in msg
+    assert "The version that would match: 570.172.08" in msg
+    assert run["fabric_manager_mismatch"]["changed"] == []
+
+
+def test_a_node_without_nvswitches_installs_nothing_and_says_why(run):
+    host = run["fabric_manager_no_nvswitch"]
+    assert host["failed"] == [] and host["changed"] == [], host
+    assert any(t.endswith("Say why nothing is installed on this node") for t in host["ok"]), host["ok"]
+    # Only the preflight ran (the argument validation's name is the role's short description).
+    steps = [t for t in host["ok"] if not t.startswith(("Pretend", "Run the role", "Validating arguments"))]
+    assert steps == ["Refuse an unsupported operating system", "Refuse a malformed driver or fabric manager version",
+                     "Look for NVSwitches (PCI class 0680 of NVIDIA, NVLink 5 switch management bridges)",
+                     "Decide which fabric the node has", "Say why nothing is installed on this node"], steps

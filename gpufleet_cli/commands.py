@@ -1,0 +1,290 @@
+"""The operator's subcommands: burn-in, preflight, audit and provision with a live view; history; handover.
+
+Exit codes (every subcommand that judges a fleet):
+    0  every node passed (warnings too, unless --fail-on-warn)
+    1  the worst node is warn and --fail-on-warn was given
+    2  a node failed, could not be checked (error) or dropped out (unreachable)
+    3  the run could not run or left no report (a refused inventory, no nodes, a crash)
+Everything here is also plain ansible-playbook: `gpufleet audit -i INV -l node01` runs
+`ansible-playbook kentino.gpufleet.audit -i INV -l node01,localhost` with the collection's ansible.cfg.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2, 3
+RUN_COMMANDS = {"burn-in": "burn_in", "preflight": "preflight", "audit": "audit", "provision": "provision"}
+BAD = ("fail", "error", "unreachable")
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def exit_code(report, fail_on_warn=False):
+    """The exit code of a report (see the module docstring)."""
+    verdicts = [n["verdict"] for n in report.get("nodes") or []]
+    if not verdicts:
+        return EXIT_NOT_RUN
+    if any(v in BAD for v in verdicts):
+        return EXIT_FAIL
+    if fail_on_warn and "warn" in verdicts:
+        return EXIT_WARN
+    return EXIT_PASS
+
+
+def with_localhost(limit):
+    """-l as the playbooks need it: the run is checked and the report written on localhost."""
+    if not limit:
+        return None
+    return limit if "localhost" in [p.strip() for p in limit.split(",")] else limit + ",localhost"
+
+
+def _runner_kwargs(repo, playbook, args, extra, private, report_dir):
+    envvars = {"ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_INJECT_FACT_VARS": "false"}
+    kwargs = dict(private_data_dir=private, project_dir=str(repo), playbook=str(repo / "playbooks" / (playbook + ".yml")),
+                  extravars=extra, envvars=envvars, quiet=not args.ansible_output,
+                  artifact_dir=str(report_dir / ".runner"), rotate_artifacts=20)
+    if args.inventory:
+        kwargs["inventory"] = [str(Path(i).resolve()) for i in args.inventory]
+    if args.limit:
+        kwargs["limit"] = with_localhost(args.limit)
+    if getattr(args, "check", False):
+        kwargs["cmdline"] = "--check"
+    return kwargs
+
+
+def cmd_play(args, repo, show_report):
+    """burn-in, preflight, audit, provision: the playbook through ansible-runner under the live view."""
+    import ansible_runner
+    from rich.console import Console
+
+    from gpufleet_cli.live import RunView, run_live
+    from gpufleet_cli.main import parse_extra
+
+    playbook = RUN_COMMANDS[args.command]
+    extra = parse_extra(args.extra_vars)
+    report_dir = Path(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    if args.fail_on_warn:
+        extra.setdefault("gpufleet_fail_on", "warn")
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    console = Console()
+    planned = extra.get("gpufleet_burn_duration_s")
+    view = RunView(playbook, burn_planned_s=float(planned) if planned else None)
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="gpufleet-runner.") as private:
+        kwargs = _runner_kwargs(repo, playbook, args, extra, private, report_dir)
+        if args.ansible_output:
+            result = ansible_runner.run(**kwargs)
+        else:
+            result = run_live(lambda handler: ansible_runner.run(event_handler=handler, **kwargs), view, console)
+    if playbook == "provision":
+        return EXIT_PASS if result.rc == 0 else (EXIT_FAIL if result.rc in (2, 4) else EXIT_NOT_RUN)
+    latest = report_dir / "latest" / "report.json"
+    report = None
+    if latest.exists() and latest.stat().st_mtime >= started - 1:
+        report = json.loads(latest.read_text())
+    if report is None or (view.run_id and report.get("run_id") != view.run_id):
+        sys.stderr.write("gpufleet: %s did not produce a report (%s, rc %s): see %s\n" % (
+            playbook, result.status, result.rc, report_dir / ".runner"))
+        return EXIT_NOT_RUN
+    show_report(latest, console)
+    history = report.get("history") or {}
+    if history.get("error"):
+        console.print("[yellow]history:[/] %s" % history["error"], markup=True, highlight=False)
+    return exit_code(report, args.fail_on_warn)
+
+
+# ---- history -----------------------------------------------------------------------------------------------------
+def sparkline(values):
+    """▁▂▃▄▅▆▇█ for the values (None: a gap)."""
+    known = [v for v in values if isinstance(v, (int, float))]
+    if not known:
+        return ""
+    lo, hi = min(known), max(known)
+    span = (hi - lo) or 1.0
+    return "".join(" " if not isinstance(v, (int, float)) else SPARK[int((v - lo) / span * (len(SPARK) - 1))]
+                   for v in values)
+
+
+def _day(ts):
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts)) if ts else "-"
+
+
+def _rates(rows, key):
+    """Per-run increase per day of a counter (None for the first run or a reset)."""
+    out = [None]
+    for before, after in zip(rows, rows[1:], strict=False):
+        a, b = before.get(key), after.get(key)
+        span = (after["ts"] - before["ts"]) / 86400.0
+        out.append(round((b - a) / span, 1) if isinstance(a, int) and isinstance(b, int) and b >= a and span > 0.01
+                   else None)
+    return out
+
+
+def history_gpu(history, host, index, days, console):
+    from rich.table import Table
+
+    gpus = history.gpus_of(host, index=index)
+    if not gpus:
+        raise SystemExit("gpufleet: no GPU %s of %s in %s" % (index, host, history.path))
+    since = time.time() - days * 86400.0 if days else None
+    for gpu in gpus:
+        rows = history.gpu_series(gpu["id"], since=since)
+        ecc_key = "ecc_corr_agg" if any(r.get("ecc_corr_agg") is not None for r in rows) else "ecc_corr_vol"
+        rates = _rates(rows, ecc_key)
+        xids = [ts for ts, _d in history.xid_events(gpu["id"], [92], since)]
+        table = Table(title="%s GPU %s  %s  %s  (%d readings)" % (host, index, gpu.get("pci") or "?",
+                                                                gpu.get("uuid") or gpu.get("serial") or "",
+                                                                len(rows)), title_justify="left")
+        for column in ("read at", "verdict", "temp °C", "power W", "corrected ECC", "per day", "XID 92",
+                       "retired", "remapped c/u", "banks low/none", "PCIe replays"):
+            table.add_column(column, no_wrap=True)
+        for row, rate in zip(rows, rates, strict=True):
+            xid_n = len([x for x in xids if x <= row["ts"]])
+            table.add_row(_day(row["ts"]), row.get("verdict") or "-", _n(row.get("temperature_c")),
+                          _n(row.get("power_w")), _n(row.get(ecc_key)), _n(rate), str(xid_n),
+                          _n((row.get("retired_sbe") or 0) + (row.get("retired_dbe") or 0))
+                          if row.get("retired_sbe") is not None else "-",
+                          "%s/%s" % (_n(row.get("remap_corr")), _n(row.get("remap_uncorr"))),
+                          "%s/%s" % (_n(row.get("banks_low")), _n(row.get("banks_none"))),
+                          _n(row.get("pcie_replays")))
+        console.print(table)
+        console.print("trend  corrected ECC/day %s   temperature %s   PCIe replays %s" % (
+            sparkline(rates), sparkline([r.get("temperature_c") for r in rows]),
+            sparkline([r.get("pcie_replays") for r in rows])), markup=False, highlight=False)
+    return EXIT_PASS
+
+
+def _n(value):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "%.1f" % value if not value.is_integer() else "%d" % value
+    return str(value)
+
+
+def history_node(history, host, days, console):
+    from rich.table import Table
+
+    runs = list(reversed(history.node_runs(host, limit=400)))
+    if days:
+        runs = [r for r in runs if r["ts"] >= time.time() - days * 86400.0]
+    if not runs:
+        raise SystemExit("gpufleet: no run of %s in %s" % (host, history.path))
+    table = Table(title="%s: %d run(s)" % (host, len(runs)), title_justify="left")
+    for column in ("when", "run", "playbook", "verdict", "GPUs", "driver", "findings"):
+        table.add_column(column, overflow="fold")
+    for r in runs:
+        table.add_row(_day(r["ts"]), r["run_id"], r["playbook"] or "-", r["verdict"], _n(r.get("gpu_count")),
+                      r.get("driver") or "-", ", ".join(r["codes"]) or "-")
+    console.print(table)
+    console.print("verdicts %s" % sparkline([{"pass": 0, "warn": 1, "error": 2, "fail": 3, "unreachable": 3}.get(
+        r["verdict"], 2) for r in runs]), markup=False, highlight=False)
+    stale = [s for s in history.fleet_summary() if s["name"] == host and s["stale"]]
+    if stale:
+        console.print("[bold magenta]stale:[/] no good run since %s" % _day(stale[0]["good_ts"]))
+    return EXIT_FAIL if runs[-1]["verdict"] in BAD else EXIT_PASS
+
+
+def history_fleet(history, console):
+    from rich.table import Table
+
+    rows = history.fleet_summary()
+    table = Table(title="History %s: %d node(s)" % (history.path, len(rows)), title_justify="left")
+    for column in ("node", "last run", "playbook", "verdict", "last good", "stale", "findings"):
+        table.add_column(column, overflow="fold")
+    for s in rows:
+        table.add_row(s["name"], _day(s["ts"]), s["playbook"] or "-", s["verdict"], _day(s["good_ts"]),
+                      "STALE" if s["stale"] else "", (s["codes"] or "").replace(",", ", ") or "-")
+    console.print(table)
+    return EXIT_FAIL if any(s["stale"] or s["verdict"] in BAD for s in rows) else EXIT_PASS
+
+
+def use_collection():
+    """Make this checkout's collection importable (ansible_collections.kentino.gpufleet) for the controller-side code
+    the CLI calls directly (history, handover); ansible-playbook finds it through ansible.cfg."""
+    path = str(Path(__file__).resolve().parents[1] / "collections")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+def cmd_history(args):
+    use_collection()
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import (
+        History,
+        HistoryError,
+        default_path,
+    )
+    from rich.console import Console
+
+    console = Console()
+    path = default_path(args.history_dir or Path(args.report_dir) / "history")
+    try:
+        with History(path, readonly=True) as history:
+            if args.export:
+                out = open(args.out, "w", newline="") if args.out else sys.stdout
+                try:
+                    count = history.export(args.export, out, host=args.node)
+                finally:
+                    if args.out:
+                        out.close()
+                sys.stderr.write("gpufleet: %d row(s) exported%s\n" % (count, " to %s" % args.out if args.out else ""))
+                return EXIT_PASS
+            if args.node and args.gpu is not None:
+                return history_gpu(history, args.node, args.gpu, args.days, console)
+            if args.node:
+                return history_node(history, args.node, args.days, console)
+            return history_fleet(history, console)
+    except HistoryError as exc:
+        sys.stderr.write("gpufleet: %s\n" % exc)
+        return EXIT_NOT_RUN
+
+
+def cmd_handover(args):
+    use_collection()
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import handover
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import HistoryError, default_path
+
+    path = default_path(args.history_dir or Path(args.report_dir) / "history")
+    out = Path(args.out or Path(args.report_dir) / "handover" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    try:
+        written = handover.write(path, args.nodes, out, pdf=args.pdf)
+    except HistoryError as exc:
+        sys.stderr.write("gpufleet: %s\n" % exc)
+        return EXIT_NOT_RUN
+    print("handover sheet: %s" % written["html"])
+    if written["pdf"]:
+        print("PDF: %s" % written["pdf"])
+    elif args.pdf:
+        sys.stderr.write("gpufleet: no PDF: %s\n" % written["pdf_error"])
+        return EXIT_NOT_RUN
+    return EXIT_PASS
+
+
+def add_parsers(sub, default_report_dir):
+    for name, playbook in RUN_COMMANDS.items():
+        p = sub.add_parser(name, help="run kentino.gpufleet.%s with a live view of the nodes" % playbook)
+        p.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
+        p.add_argument("-l", "--limit", help="nodes to run on (localhost, where the report is written, is added)")
+        p.add_argument("-e", "--extra-vars", action="append", default=[])
+        p.add_argument("--check", action="store_true", help="check mode")
+        p.add_argument("--report-dir", default=default_report_dir)
+        p.add_argument("--fail-on-warn", action="store_true", help="exit 1 when the worst node is warn")
+        p.add_argument("--ansible-output", action="store_true", help="Ansible's own output instead of the live view")
+    h = sub.add_parser("history", help="a node's runs, one GPU's trend (with sparklines), or the fleet's summary")
+    h.add_argument("node", nargs="?")
+    h.add_argument("--gpu", type=int, help="the GPU's nvidia-smi index")
+    h.add_argument("--days", type=float, help="only the last DAYS days")
+    h.add_argument("--export", choices=["csv", "json"], help="every GPU reading (of NODE, when given)")
+    h.add_argument("--out", help="export to this file instead of stdout")
+    h.add_argument("--history-dir", help="default: <report-dir>/history")
+    h.add_argument("--report-dir", default=default_report_dir)
+    s = sub.add_parser("handover", help="the customer handover sheet of machines, from the history (HTML, PDF)")
+    s.add_argument("nodes", nargs="+")
+    s.add_argument("--pdf", action="store_true", help="also print it to PDF with headless Chromium")
+    s.add_argument("--out", help="directory (default <report-dir>/handover/<time>)")
+    s.add_argument("--history-dir", help="default: <report-dir>/history")
+    s.add_argument("--report-dir", default=default_report_dir)

@@ -1,0 +1,154 @@
+"""The live view of a run: one line per node (stage, time in it, the node's own verdict so far), the fleet's counts and
+a progress bar while a node burns, drawn with rich from ansible-runner's events instead of scrolling task output.
+
+The view only reads events; what the report finally says comes from report.json (the fleet report judges again with
+the inventory's thresholds). "So far" is the node-side verdict of each check as its result arrives.
+"""
+
+import time
+
+from rich.console import Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+VERDICT_RANK = {"pass": 0, "skipped": 0, "warn": 1, "error": 2, "fail": 3, "unreachable": 4}
+STYLE = {"pass": "green", "warn": "yellow", "error": "magenta", "fail": "bold red", "unreachable": "bold magenta",
+         "running": "cyan", "waiting": "dim"}
+BURN_STAGES = ("burn",)
+
+
+def _clock(seconds):
+    seconds = int(max(0, seconds))
+    return "%d:%02d" % (seconds // 60, seconds % 60) if seconds < 3600 else "%d:%02d:%02d" % (
+        seconds // 3600, seconds % 3600 // 60, seconds % 60)
+
+
+class HostState:
+    def __init__(self, name, now):
+        self.name = name
+        self.stage = "start"
+        self.stage_since = now
+        self.verdict = None  # worst node-side verdict so far
+        self.state = "waiting"  # waiting, running, done, failed, unreachable
+        self.last_task = ""
+
+    def worse(self, verdict):
+        if verdict in VERDICT_RANK and (self.verdict is None or VERDICT_RANK[verdict] > VERDICT_RANK[self.verdict]):
+            self.verdict = verdict
+
+
+class RunView:
+    """Consumes ansible-runner events (event_handler) and renders the live view (__rich__)."""
+
+    def __init__(self, playbook, burn_planned_s=None, clock=time.monotonic):
+        self.playbook = playbook
+        self.clock = clock
+        self.started = clock()
+        self.hosts = {}
+        self.run_id = None
+        self.finished = False
+        self.burn_planned_s = burn_planned_s
+        self.report_line = None
+        self.events = 0
+
+    def host(self, name):
+        if name not in self.hosts:
+            self.hosts[name] = HostState(name, self.clock())
+        return self.hosts[name]
+
+    # ---- events ----------------------------------------------------------------------------------------------
+    def handle(self, event):
+        """ansible-runner event_handler: update the state; True keeps the event in the artifacts."""
+        self.events += 1
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        name = data.get("host")
+        res = data.get("res") if isinstance(data.get("res"), dict) else {}
+        if kind == "playbook_on_stats":
+            self.finished = True
+            for state in self.hosts.values():
+                if state.state in ("running", "waiting"):
+                    state.state = "done"
+            return True
+        if not name or name == "localhost":
+            if res.get("run_id") and not self.run_id:
+                self.run_id = res["run_id"]
+            if res.get("summary_md"):
+                self.report_line = res.get("msg")
+            return True
+        state = self.host(name)
+        if kind == "runner_on_start":
+            if state.state == "waiting":
+                state.state = "running"
+            state.last_task = data.get("task") or ""
+        elif kind == "runner_on_ok":
+            facts = res.get("ansible_facts") if isinstance(res.get("ansible_facts"), dict) else {}
+            stage = facts.get("gpufleet_stage")
+            if stage and stage != state.stage:
+                state.stage, state.stage_since = str(stage), self.clock()
+            if facts.get("gpufleet_completed") is True:
+                state.state = "done"
+            if isinstance(res.get("verdict"), str):
+                state.worse(res["verdict"])
+            for part in ("gpu_sample", "storage", "env"):  # the snapshot's parts carry their own verdicts
+                if isinstance(res.get(part), dict) and isinstance(res[part].get("verdict"), str):
+                    state.worse(res[part]["verdict"])
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            state.worse("error")
+        elif kind == "runner_on_unreachable":
+            state.state = "unreachable"
+            state.worse("unreachable")
+        return True
+
+    # ---- rendering -------------------------------------------------------------------------------------------
+    def counts(self):
+        states, verdicts = {}, {}
+        for state in self.hosts.values():
+            states[state.state] = states.get(state.state, 0) + 1
+            if state.verdict:
+                verdicts[state.verdict] = verdicts.get(state.verdict, 0) + 1
+        return states, verdicts
+
+    def _progress(self, state, now):
+        if state.stage not in BURN_STAGES or state.state != "running":
+            return Text("")
+        planned = self.burn_planned_s or 600
+        done = min(now - state.stage_since, planned)
+        cell = Table.grid(padding=(0, 1))
+        cell.add_row(ProgressBar(total=planned, completed=done, width=20),
+                     Text("%s / %s%s" % (_clock(done), _clock(planned), "" if self.burn_planned_s else " (default)"),
+                          style="dim"))
+        return cell
+
+    def __rich__(self):
+        now = self.clock()
+        title = "gpufleet %s%s · %d node(s) · %s" % (self.playbook, " · run %s" % self.run_id if self.run_id else "",
+                                                    len(self.hosts), _clock(now - self.started))
+        table = Table(title=title, title_justify="left", expand=False, show_edge=False, pad_edge=False)
+        for column in ("node", "state", "stage", "in stage", "verdict so far", "burn"):
+            table.add_column(column, no_wrap=True)
+        for name in sorted(self.hosts):
+            state = self.hosts[name]
+            verdict = state.verdict or "-"
+            table.add_row(name, Text(state.state, style=STYLE.get(state.state, "")), state.stage,
+                          _clock(now - state.stage_since), Text(verdict.upper(), style=STYLE.get(verdict, "")),
+                          self._progress(state, now))
+        states, verdicts = self.counts()
+        line = Text("fleet: ")
+        line.append(" · ".join("%d %s" % (n, s) for s, n in sorted(states.items())) or "starting")
+        if verdicts:
+            line.append("  |  so far: ")
+            line.append(" · ".join("%d %s" % (verdicts[v], v) for v in sorted(verdicts, key=VERDICT_RANK.get)))
+        return Group(table, line)
+
+
+def run_live(run_fn, view, console, refresh_per_second=4):
+    """Run run_fn(event_handler) under a live display of `view` (plain, once at the end, when not a terminal)."""
+    with Live(view, console=console, refresh_per_second=refresh_per_second, transient=False,
+              auto_refresh=console.is_terminal) as live:
+        result = run_fn(view.handle)
+        live.update(view, refresh=True)
+    console.line()
+    return result

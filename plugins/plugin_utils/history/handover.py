@@ -1,0 +1,143 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""The customer handover sheet: per machine, what was shipped (serials of the board and every GPU, VBIOS, InfoROM,
+driver, DCGM, kernel, system BIOS) and the proof it is healthy (its latest burn-in: verdict, checks, findings with
+their evidence, and its figures against the platform's: the median of the same group's latest burn-ins), read from
+the history and rendered as one self-contained HTML file (PDF through headless Chromium when it is installed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, ident_of
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
+
+
+def _iso(ts):
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if ts else None
+
+
+def _median(values):
+    values = sorted(v for v in values if isinstance(v, (int, float)))
+    if not values:
+        return None
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2.0
+
+
+def _share(value, reference):
+    if not isinstance(value, (int, float)) or not reference:
+        return None
+    return round(100.0 * value / reference, 1)
+
+
+def machine(history, host):
+    """The sheet of one machine (a dict for the template). HistoryError when the history has no burn-in of it."""
+    runs = history.node_runs(host, limit=500)
+    if not runs:
+        raise HistoryError("history %s has no run of %s: burn it in first (gpufleet burn-in -l %s)" % (
+            history.path, host, host))
+    burn = next((r for r in runs if r["playbook"] == "burn_in" and r["reachable"]), None)
+    if burn is None:
+        raise HistoryError("history %s has no burn-in of %s (only %s): the handover sheet shows a burn-in's proof; "
+                           "run gpufleet burn-in -l %s" % (history.path, host, ", ".join(sorted(
+                               {r["playbook"] or "?" for r in runs})), host))
+    identity = next((r for r in runs if r.get("versions") and r["reachable"]), burn)
+    versions = dict(identity.get("versions") or {})
+    doc = history.node_doc(burn["id"]) or {}
+    gpus = history.gpu_rows_of(burn["id"])
+    peers = [r for r in history.latest_of_group("burn_in", burn["grp"]) if r["host_name"] != host]
+    peer_gflops = [g.get("burn_gflops") for r in peers for g in history.gpu_rows_of(r["id"])]
+    platform = {"group": burn["grp"], "nodes": len(peers), "burn_gflops": _median(peer_gflops),
+                "nccl_busbw_gbps": _median([(r.get("figures") or {}).get("nccl_busbw_gbps") for r in peers]),
+                "storage_write_mb_per_s": _median([(r.get("figures") or {}).get("storage_write_mb_per_s")
+                                                   for r in peers])}
+    own = history.baselines(host)
+    for gpu in gpus:
+        gpu["vs_platform_pct"] = _share(gpu.get("burn_gflops"), platform["burn_gflops"])
+        base = own.get((ident_of(gpu), "burn_gflops", ""))
+        gpu["baseline_gflops"] = base["value"] if base else None
+    figures = dict(burn.get("figures") or {})
+    checks = doc.get("checks") or {}
+    nccl = (checks.get("nccl_test") or {}).get("figures") or {}
+    rows = []
+    if figures.get("nccl_busbw_gbps") is not None:
+        rows.append({"what": "NCCL all_reduce bus bandwidth", "unit": "GB/s", "value": figures["nccl_busbw_gbps"],
+                     "floor": nccl.get("min_busbw_gbps"), "floor_source": nccl.get("threshold_source"),
+                     "platform": platform["nccl_busbw_gbps"],
+                     "vs_platform_pct": _share(figures["nccl_busbw_gbps"], platform["nccl_busbw_gbps"])})
+    if figures.get("storage_write_mb_per_s") is not None:
+        rows.append({"what": "checkpoint write speed", "unit": "MB/s", "value": figures["storage_write_mb_per_s"],
+                     "floor": None, "floor_source": None, "platform": platform["storage_write_mb_per_s"],
+                     "vs_platform_pct": _share(figures["storage_write_mb_per_s"], platform["storage_write_mb_per_s"])})
+    return {
+        "host": host, "product": identity.get("product"), "board_serial": identity.get("board_serial"),
+        "versions": versions, "dcgm": versions.get("dcgm") or (checks.get("dcgm_diag") or {}).get(
+            "figures", {}).get("dcgm_version"),
+        "burn": {"run_id": burn["run_id"], "time": _iso(burn["ts"]), "verdict": burn["verdict"]},
+        "identity_run": {"run_id": identity["run_id"], "playbook": identity["playbook"], "time": _iso(identity["ts"])},
+        "gpus": gpus, "figures": rows, "platform": platform,
+        "checks": sorted(checks.items()), "findings": doc.get("findings") or [],
+        "audits": [{"run_id": r["run_id"], "time": _iso(r["ts"]), "verdict": r["verdict"]}
+                   for r in runs if r["playbook"] == "audit"][:5],
+    }
+
+
+def render(sheets, generated=None):
+    import jinja2  # controller only
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = lambda v, d=1: "-" if v is None else (("%." + str(d) + "f") % v if isinstance(v, float)
+                                                                else str(v))
+    return env.get_template("handover.html.j2").render(
+        sheets=sheets, generated=generated or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+
+
+def chromium():
+    return next((path for path in (shutil.which(name) for name in CHROMIUM) if path), None)
+
+
+def to_pdf(html_path, pdf_path, timeout=120):
+    """Print the HTML to PDF with headless Chromium. Returns None, or why no PDF was written."""
+    exe = chromium()
+    if exe is None:
+        return "no Chromium found (apt-get install chromium): the HTML sheet is written, print it from a browser"
+    profile = Path(pdf_path).with_suffix(".chromium-profile")
+    argv = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--user-data-dir=%s" % profile, "--no-pdf-header-footer", "--print-to-pdf=%s" % pdf_path,
+            Path(html_path).resolve().as_uri()]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "chromium could not print the PDF: %s" % exc
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    if proc.returncode != 0 or not os.path.exists(pdf_path):
+        return "chromium exited %s without a PDF: %s" % (proc.returncode, proc.stderr.strip()[-300:])
+    return None
+
+
+def write(history_path, hosts, out_dir, pdf=False):
+    """Write handover.html (and handover.pdf) for these machines under out_dir. Returns {html, pdf, pdf_error}."""
+    with History(history_path, readonly=True) as history:
+        sheets = [machine(history, host) for host in hosts]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    html = out_dir / "handover.html"
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report import write_atomic
+
+    write_atomic(html, render(sheets))
+    result = {"html": str(html), "pdf": None, "pdf_error": None, "hosts": list(hosts)}
+    if pdf:
+        target = out_dir / "handover.pdf"
+        result["pdf_error"] = to_pdf(html, target)
+        result["pdf"] = None if result["pdf_error"] else str(target)
+    return result

@@ -1,0 +1,58 @@
+"""The checks made before a run touches any node (plugins/plugin_utils/run_guard.py)."""
+
+import json
+import os
+import subprocess
+
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import run_guard
+
+
+def test_a_typo_is_named_with_the_closest_known_names():
+    errors = run_guard.unknown_variables("n1", {"gpufleet_burn_duraton_s": 60, "gpufleet_burn_duration_s": 60})
+    assert len(errors) == 1 and "did you mean gpufleet_burn_duration_s" in errors[0] and "host n1" in errors[0]
+
+
+def test_runtime_names_simulator_names_and_a_sites_own_names_are_accepted():
+    values = {"gpufleet_result_gpu_burn": {}, "gpufleet_sim_scenario": "x", "gpufleet_stage": "burn",
+              "gpufleet_rack": "r12"}
+    assert run_guard.unknown_variables("n1", values)[0].startswith("host n1: unknown variable gpufleet_rack")
+    assert run_guard.unknown_variables("n1", values, run_guard.known_names() | {"gpufleet_rack"}) == []
+
+
+def test_types_from_the_role_spec_and_the_thresholds():
+    errors = run_guard.type_errors("n1", {"gpufleet_burn_enabled": "maybe", "gpufleet_temp_max_c": "85C",
+                                          "gpufleet_force": "no", "gpufleet_burn_duration_s": "600"})
+    assert len(errors) == 2, errors
+    assert any("gpufleet_burn_enabled" in e for e in errors) and any("gpufleet_temp_max_c" in e for e in errors)
+
+
+def test_run_ids_are_unique_within_one_second():
+    ids = {run_guard.new_run_id() for _ in range(200)}
+    assert len(ids) == 200
+
+
+def test_the_reports_directory_must_be_writable(tmp_path):
+    assert run_guard.check_report_dir(str(tmp_path / "new" / "reports")) is None
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert "cannot create" in run_guard.check_report_dir(str(blocker / "reports"))
+
+
+def test_a_live_runs_lock_refuses_and_a_stale_one_is_replaced(tmp_path):
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / run_guard.LOCK_NAME).write_text(json.dumps({"pid": live.pid, "run_id": "other", "playbook": "x"}))
+        # A live process that is not ansible is not a run: its lock is stale.
+        path, held = run_guard.take_lock(str(tmp_path), "mine", os.getpid(), "burn_in")
+        assert held is None and json.loads((tmp_path / run_guard.LOCK_NAME).read_text())["run_id"] == "mine"
+    finally:
+        live.kill()
+        live.wait()
+    # Our own process tree runs pytest (not ansible): simulate an ansible-playbook holder by the lock's pid check.
+    (tmp_path / run_guard.LOCK_NAME).write_text(json.dumps({"pid": 999999, "run_id": "gone"}))
+    path, held = run_guard.take_lock(str(tmp_path), "mine2", os.getpid(), "burn_in")
+    assert held is None
+    run_guard.release_lock(str(tmp_path), "someone-else")
+    assert (tmp_path / run_guard.LOCK_NAME).exists()
+    run_guard.release_lock(str(tmp_path), "mine2")
+    assert not (tmp_path / run_guard.LOCK_NAME).exists()
