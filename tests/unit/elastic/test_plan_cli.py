@@ -43,7 +43,8 @@ def test_plan_from_a_report_and_overrides(run_dir):
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     section = json.loads((run_dir / "report.json").read_text())["cadence"]
-    assert got["inputs"]["gpus"] == 64 and got["optimal_interval_min"] == section["optimal_interval_min"]
+    assert got["inputs"]["gpus"] == section["inputs"]["gpus"] > 0
+    assert got["optimal_interval_min"] == section["optimal_interval_min"]
     assert got["inputs"]["slowest_node"] == section["inputs"]["slowest_node"]
     # twice the write speed halves the write time of the same checkpoint; a price adds the cost
     r = gpufleet("plan", "--report", str(run_dir), "--write-mb-s", str(2 * section["inputs"]["write_mb_per_s"]),
