@@ -8,6 +8,7 @@
     gpufleet abort -i inventories/example [-l gpu-node-01]   (stop what an interrupted run left on the nodes)
     gpufleet postmortem -i inventory -l node01,node02 --logs '/srv/train/logs/*.log' [--since -2h]
     gpufleet postmortem --show [reports/postmortem/latest]
+    gpufleet plan [--report reports/latest] [--gpus N --checkpoint-gb G --write-mb-s R --interval-min M --price P]
 
 `run` is `ansible-playbook` with the collection's configuration (ansible.cfg of this checkout), its events kept by
 ansible-runner under the report directory, and the report table printed at the end. The exit code is the playbook's:
@@ -290,7 +291,12 @@ def main(argv=None):
     pm.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     pm.add_argument("-q", "--quiet", action="store_true", help="only the verdict, not Ansible's output")
     pm.add_argument("--show", nargs="?", const="", help="show a written post-mortem instead (default the latest)")
+    from gpufleet_cli import plan
+
+    plan.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return plan.run(args)
     if args.command == "run":
         return cmd_run(args)
     if args.command == "abort":

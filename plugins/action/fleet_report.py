@@ -14,7 +14,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import cadence, render_md, report, run_guard
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.step import HistoryStep
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import read_host
 
@@ -70,6 +70,11 @@ class ActionModule(ActionBase):
             if history.enabled:
                 # Whether the run lands in the history is known only after the report is written: see the result.
                 doc["history"] = {k: v for k, v in history.info.items() if k != "recorded"}
+            try:  # the checkpoint plan (docs/training.md): an extra section that must never cost the report
+                doc["cadence"] = cadence.report_section(
+                    doc, data, history_dir=os.path.dirname(history.path) if history.enabled and history.path else None)
+            except Exception as exc:  # noqa: BLE001
+                doc["cadence"] = cadence.error_section(exc)
             report.validate_report(doc)
         except report.ReportError as exc:
             raise AnsibleActionFail(str(exc)) from exc

@@ -84,13 +84,15 @@ def render(families):
     return "\n".join(parts) + "\n" if parts else ""
 
 
-def atomic_write(path, data, mode=0o644, sync_directory=False):
+def atomic_write(path, data, mode=0o644, sync_directory=False, sync_file=True):
     """Replace path with data (str or bytes): temp file in the same directory, write, fsync, rename.
 
     A reader sees the old file or the new one, whole, never a mix. sync_directory also fsyncs the directory so the
     rename itself survives a power cut; the watcher does not need it (after a crash an older state file replays the
-    same lines onto the same counters) and it doubles the cost of every write. Raises OSError (unwritable directory,
-    full disk): the caller decides what that means. Never leaves the temp file behind.
+    same lines onto the same counters) and it doubles the cost of every write. sync_file=False skips the file's fsync
+    too, for data that is worthless after a power cut anyway (a training rank's metrics, rewritten every second):
+    readers still never see a partial file. Raises OSError (unwritable directory, full disk): the caller decides what
+    that means. Never leaves the temp file behind.
     """
     directory = os.path.dirname(os.path.abspath(path))
     if isinstance(data, str):
@@ -100,7 +102,8 @@ def atomic_write(path, data, mode=0o644, sync_directory=False):
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync_file:
+                os.fsync(fh.fileno())
             os.fchmod(fh.fileno(), mode)
         os.rename(tmp, path)
     except BaseException:

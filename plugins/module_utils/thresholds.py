@@ -73,6 +73,17 @@ THRESHOLDS = {
     "gpufleet_env_expected": (
         DEFAULT_ENV_EXPECTED, "str_map", "training environment variable -> required value (login shell)",
         "PyTorch: async error handling aborts a hung collective; the trace buffer feeds the post-mortem"),
+    # The checkpoint plan of the report (plugins/plugin_utils/cadence.py, docs/training.md): fleet figures, not limits.
+    "gpufleet_failure_gpu_hours": (
+        50000.0, "number", "GPU-hours per job interruption for the checkpoint plan (set it, or the audit history's "
+        "own rate is used when there is one)",
+        "Llama 3 405B training (arXiv:2407.21783): 419 interruptions in 54 days on 16,384 GPUs"),
+    "gpufleet_restart_min": (2.0, "number", "minutes one restart costs besides the lost work (rendezvous, start, load)",
+                             "torchelastic restarts a job from its checkpoint in one to two minutes"),
+    "gpufleet_gpu_hour_price": (None, "number", "price of one GPU-hour, to show the cost of lost work (unset: GPU-hours)",
+                                "your amortised hardware and power cost, or the cloud price"),
+    "gpufleet_cadence_gpus": (None, "int", "GPUs of the training job for the checkpoint plan (unset: the report's GPUs)",
+                              "the job's size"),
     # History (audits): trends, drift and baselines, judged from the history store (docs/audit.md).
     "gpufleet_trend_window_days": (14.0, "number", "days of history before the recent window that trends compare with",
                                    "two weeks: a weekly XID 92 shows at least twice"),

@@ -64,6 +64,10 @@ def render(report):
     out += ["- playbook: %s" % (report.get("playbook") or "-"),
             "- started: %s, finished: %s%s" % (times["started"], times["finished"], took),
             "- %s" % counts_line(report), "", "## Summary", "", summary_table(report), ""]
+    if report.get("cadence"):
+        from ansible_collections.kentino.gpufleet.plugins.plugin_utils.cadence import markdown
+
+        out.append(markdown(report["cadence"]))
     for node in report["nodes"]:
         out += ["## %s: %s" % (node["host"], _ICON.get(node["verdict"], node["verdict"])), ""]
         if node.get("stage"):

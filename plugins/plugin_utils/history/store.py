@@ -432,6 +432,39 @@ class History:
             out.append(item)
         return out
 
+    def failure_observations(self, days, now=None, max_gap_days=2.0, incident_s=3600.0):
+        """The fleet's own interruption rate for the checkpoint plan (plugin_utils/cadence.py): {failures,
+        gpu_hours, window_days}, or None before any GPU-hour is known. GPU-hours: each host's GPUs times the time
+        between its consecutive runs in the window, a gap capped at max_gap_days (an unaudited week is not known
+        to have been up). Failures: incidents that stop a job, i.e. a GPU's critical XIDs (one incident per hour
+        per GPU: a burst is one failure) and a host that went from reachable to unreachable."""
+        now = now or time.time()
+        since = now - days * 86400.0
+        gpu_hours = 0.0
+        failures = 0
+        first = None
+        previous = {}
+        for host, ts, gpus, reachable in self.db.execute(
+                "SELECT host, ts, gpu_count, reachable FROM node_runs WHERE ts >= ? ORDER BY host, ts", (since,)):
+            first = ts if first is None else min(first, ts)
+            last = previous.get(host)
+            if last is not None:
+                gpu_hours += (last[1] or 0) * min(ts - last[0], max_gap_days * 86400.0) / 3600.0
+                failures += 1 if last[2] and not reachable else 0
+            previous[host] = (ts, gpus if reachable else last[1] if last else gpus, reachable)
+        incidents = set()
+        for host, gpu, pci, ts in self.db.execute(
+                "SELECT host, gpu, pci, ts FROM xid_events WHERE severity = 'critical' AND ts >= ? ORDER BY ts",
+                (since,)):
+            key = (host, gpu if gpu is not None else pci)
+            if not any((key, bucket) in incidents for bucket in (int(ts // incident_s) - 1, int(ts // incident_s))):
+                incidents.add((key, int(ts // incident_s)))
+        failures += len(incidents)
+        if gpu_hours <= 0:
+            return None
+        return {"failures": failures, "gpu_hours": round(gpu_hours, 1),
+                "window_days": round((now - first) / 86400.0, 1)}
+
     # ---- export ----------------------------------------------------------------------------------------------
     def export_rows(self, since=None, host=None):
         """Every GPU row joined with its node and run (for CSV/JSON export), oldest first."""

@@ -209,3 +209,24 @@ def test_fleet_summary_marks_a_node_never_reached_as_stale(tmp_path):
         h.record(run("r0", T0), [node("ok", T0), dead])
         summary = {s["name"]: s for s in h.fleet_summary(now=T0 + 60)}
         assert summary["dead"]["stale"] is True and summary["ok"]["stale"] is False
+
+
+def test_failure_observations_for_the_checkpoint_plan(tmp_path):
+    """GPU-hours between each host's runs (a gap capped at two days), a burst of critical XIDs on one GPU is one
+    failure, a host that became unreachable is one; the package function reads the same file read-only."""
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils import history as history_pkg
+
+    path = store.default_path(tmp_path)
+    with History(path) as h:
+        assert h.failure_observations(30, now=T0 + 10 * DAY) is None  # nothing known yet
+        for day in range(4):  # nightly audits of a 2-GPU host, days 0-3
+            burst = (T0 + 2.5 * DAY, T0 + 2.5 * DAY + 60, T0 + 2.5 * DAY + 600) if day == 3 else ()
+            h.record(run("r%d" % day, T0 + day * DAY), [node("a", T0 + day * DAY, xids=burst)])
+        h.record(run("r9", T0 + 9 * DAY), [node("a", T0 + 9 * DAY)])  # after a week unaudited: counts 2 days
+        h.record(run("r1b", T0 + 1 * DAY + 1), [dict(node("b", T0 + 1 * DAY + 1, gpus=8), reachable=1)])
+        h.record(run("r2b", T0 + 2 * DAY + 1), [dict(node("b", T0 + 2 * DAY + 1, gpus=8), reachable=0,
+                                                     verdict="unreachable")])
+        obs = h.failure_observations(30, now=T0 + 10 * DAY)
+    assert obs == {"failures": 2, "gpu_hours": round(2 * 24 * 5 + 8 * 24, 1), "window_days": 10.0}
+    assert history_pkg.failure_observations(str(tmp_path), 30) is not None
+    assert history_pkg.failure_observations(str(tmp_path / "none"), 30) is None

@@ -73,6 +73,6 @@ def test_the_os_gate_is_written_once():
     assert not copies, "supported-OS assert repeated in %s: import kentino.gpufleet.os_gate instead" % copies
     importers = sorted({p.parts[-3] for p in REPO.glob("roles/*/tasks/preflight*.yml")
                         if "name: kentino.gpufleet.os_gate" in p.read_text()})
-    assert importers == ["audit_timer", "dcgm", "dcgm_exporter", "fabric_manager", "gpu_monitoring",
-                         "gpufleet_node_exporter",
+    assert importers == ["audit_timer", "dcgm", "dcgm_exporter", "elastic_training", "fabric_manager",
+                         "gpu_monitoring", "gpufleet_node_exporter",
                          "nvidia_driver", "training_env", "validation_tools"]

@@ -13,7 +13,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[3]
 ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools",
-         "fabric_manager"]
+         "elastic_training", "fabric_manager"]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,6 @@
+"""Elastic training tests: elasticlib (the installed tree, stand-ins, process helpers) importable by name."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
