@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "collections"))
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import CATALOG, SNAPSHOT  # noqa: E402
+from generated import write_or_check  # noqa: E402 (hack/ is on sys.path: run as a script)
 
 OUT_PATH = REPO / "monitoring" / "prometheus" / "gpufleet-alerts.yml"
 ALWAYS_PAGE = (48, 63, 64, 79)
@@ -349,16 +350,7 @@ def main(argv=None):
     parser.add_argument("--scrape-interval", default=DEFAULT_SCRAPE_INTERVAL)
     parser.add_argument("--node-job", default=DEFAULT_NODE_JOB)
     args = parser.parse_args(argv)
-    text = generate(args.scrape_interval, args.node_job)
-    if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            sys.stderr.write("%s is out of date: run hack/gen_alert_rules.py\n" % args.output)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    return 0
+    return write_or_check(args.output, generate(args.scrape_interval, args.node_job), args.check, "gen_alert_rules.py")
 
 
 if __name__ == "__main__":

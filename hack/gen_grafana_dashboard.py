@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from generated import write_or_check  # noqa: E402 (hack/ is on sys.path: run as a script)
 from grafana_foundation_sdk.builders import common as common_b
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
@@ -196,15 +197,7 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="exit 1 when the shipped file is out of date")
     parser.add_argument("--output", type=Path, default=OUT_PATH)
     args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        if not args.output.exists() or args.output.read_text() != text:
-            sys.stderr.write("%s is out of date: run hack/gen_grafana_dashboard.py\n" % args.output)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    return 0
+    return write_or_check(args.output, render(), args.check, "gen_grafana_dashboard.py")
 
 
 if __name__ == "__main__":

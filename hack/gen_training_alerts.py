@@ -15,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from generated import write_or_check  # noqa: E402 (hack/ is on sys.path: run as a script)
+
 REPO = Path(__file__).resolve().parents[1]
 OUT_PATH = REPO / "monitoring" / "prometheus" / "gpufleet-training-alerts.yml"
 DEFAULTS = {
@@ -197,16 +199,7 @@ def main(argv=None):
     for key, value in DEFAULTS.items():
         parser.add_argument("--" + key.replace("_", "-"), default=None, help="default %s" % value)
     args = parser.parse_args(argv)
-    text = generate(**{k: getattr(args, k) for k in DEFAULTS})
-    if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            sys.stderr.write("%s is out of date: run hack/gen_training_alerts.py\n" % args.output)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    return 0
+    return write_or_check(args.output, generate(**{k: getattr(args, k) for k in DEFAULTS}), args.check, "gen_training_alerts.py")
 
 
 if __name__ == "__main__":
