@@ -330,7 +330,7 @@ class Watcher:
                   "textfile_error": self._textfile_error, "source": self.cfg["source"], "pid": os.getpid(),
                   "boot_id": self.boot_id, "updated": self.clock()}
         try:
-            atomic_write(self.status_path, json.dumps(status, sort_keys=True) + "\n")
+            atomic_write(self.status_path, json.dumps(status, sort_keys=True) + "\n", sync_file=False)
         except OSError as exc:
             self.log("cannot write the status file %s: %s" % (self.status_path, exc))
 
@@ -509,7 +509,8 @@ class Watcher:
     def write_textfile(self, up=1):
         now = self.clock()
         try:
-            atomic_write(self.textfile, render(self.families(up)))
+            # No fsync: the textfile is rendered from the state (synced before it), and rewritten at start.
+            atomic_write(self.textfile, render(self.families(up)), sync_file=False)
         except OSError as exc:
             message = "cannot write %s: %s" % (self.textfile, exc.strerror or exc)
             if self._textfile_error is None or self._textfile_error["error"] != message:

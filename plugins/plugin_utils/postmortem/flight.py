@@ -81,14 +81,18 @@ class FlightAccumulator:
                                   -max([STRENGTH.get(c["basis"], 0) for c in g["culprits"]] + [0]), g["key"]))
         root = stuck[0] if stuck else None
         versions = sorted({r["version"] for r in self.ranks.values() if r["version"]})
+        first = self._first_mismatch()
+        culprits = list(root["culprits"]) if root else []
+        if not culprits and first and first["odd_ranks"]:
+            culprits = _culprits_of_mismatch(first)
         return {
             "ranks_with_dump": sorted(self.ranks),
             "refused": list(self.refused),
             "versions": versions,
             "groups": groups,
             "root_group": root["key"] if root else None,
-            "culprits": list(root["culprits"]) if root else [],
-            "first_mismatch": self._first_mismatch(),
+            "culprits": culprits,
+            "first_mismatch": first,
             "problems": self.problems[:50],
         }
 
@@ -199,6 +203,21 @@ class FlightAccumulator:
         name, desc = self.names.get(key, (key, None))
         return {"pg": desc or name, "seq": seq, "variants": [{"sig": s, "ranks": r} for s, r in ordered],
                 "odd_ranks": odd, "frames": frames}
+
+
+def _culprits_of_mismatch(first):
+    """No group left a collective open, yet the ranks ran different collectives at one sequence number: that is what
+    stopped the job. gloo records a collective that failed with its timeout as completed, so whether its dump shows
+    the collective open depends on when the rank dumped."""
+    major = first["variants"][-1]
+    out = []
+    for rank in first["odd_ranks"]:
+        sig = next(v["sig"] for v in first["variants"] if rank in v["ranks"])
+        out.append({"rank": rank, "pg": first["pg"], "seq": first["seq"], "op": sig.split("(", 1)[0],
+                    "basis": "mismatch", "frames": first["frames"].get(rank) or [],
+                    "reason": "rank %d ran %s at collective #%d of process group %s while rank(s) %s ran %s"
+                              % (rank, sig, first["seq"], first["pg"], _short(major["ranks"]), major["sig"])})
+    return out
 
 
 def _short(ranks, limit=8):

@@ -111,7 +111,7 @@ class Recording:
         return out
 
 
-def record(tmp_path, args, scrapes=120, stop_when=None):
+def record(tmp_path, args, scrapes=120, stop_when=None, period=PERIOD):
     tree = elasticlib.install_tree(tmp_path / "tree")
     metrics = tmp_path / "metrics"
     metrics.mkdir()
@@ -134,7 +134,7 @@ def record(tmp_path, args, scrapes=120, stop_when=None):
                     for s in fam.samples:
                         sample[(s.name, tuple(sorted(s.labels.items())))] = s.value
             out.append((time.time(), sample))
-            next_t += PERIOD
+            next_t += period
             time.sleep(max(0.0, next_t - time.time()))
     finally:
         elasticlib.kill_tree(proc.pid)
@@ -225,7 +225,12 @@ def test_nan_loss_and_plateau(tmp_path):
     promtool(tmp_path / "nan", rec.input_series(), [
         silent("TrainingLossNaN", max(int(nan_m) - 2, 0)),
         fires("TrainingLossNaN", 38, labels(0, "critical"), labels(1, "critical"))])
-    flat = record(tmp_path / "flat", ["--lr", "0", "--step-sleep", "0.01"], scrapes=130)
+    # A flat loss for real: no learning and the same batch every step (32 batches in turn made the minimum of the
+    # last hour dip below the earlier one in some runs). The rule also wants 100 steps in its hour: 60 scrapes.
+    flat = record(tmp_path / "flat", ["--lr", "0", "--same-batch", "--step-sleep", "0.01"], scrapes=130, period=0.2)
+    last_hour = [s["step"] for s in flat.log if s["rank"] == 0 and flat.minute(s["t"]) >= 60.0 * 68]
+    assert len(last_hour) >= 100, "the machine ran %d steps in the plateau's last hour (60 scrapes of 0.2 s): " \
+                                  "the rule needs 100" % len(last_hour)
     promtool(tmp_path / "flat", flat.input_series(), [
         silent("TrainingLossPlateau", 50),  # no hour before the window yet
         fires("TrainingLossPlateau", 128, {"training_job": "toy", "severity": "warning"})])

@@ -93,3 +93,15 @@ def test_same_culprit_as_torch_fr_trace_on_nccl_format_dumps(tmp_path, version, 
     ours = analysis.analyse({"localhost": ev})
     assert first["seq"] == 100 and their_rank == [culprit]
     assert ours["verdict"]["ranks"] == [culprit] and ours["flight"]["culprits"][0]["seq"] == 100
+
+
+def test_a_mismatch_the_recorder_marked_completed_still_names_the_rank():
+    """Recorded from a run of the job above on a loaded machine: every rank dumped after gloo had marked the failed
+    collective #5 completed, so no group shows an open collective; the ranks still disagree at #5 (rank 2 broadcast,
+    the others all_reduce), and that names rank 2 (the analysis said no_hang_found)."""
+    recorded = REPO / "tests" / "fixtures" / "torch" / "gloo_mismatch_recorded_completed"
+    r = analysis.analyse({"localhost": evidence(recorded / "train.log", recorded)}, now=time.time())
+    assert r["flight"]["root_group"] is None  # nothing open: the case this test is about
+    v = r["verdict"]
+    assert (v["kind"], v["rank"], v["confidence"]) == ("software", 2, "high"), v
+    assert "rank 2 ran broadcast(16 -> 16; Float>Float) at collective #5" in v["message"]
