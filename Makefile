@@ -72,7 +72,7 @@ test-fleet: system-deps venv
 
 test: system-deps lint sanity unit test-min integration test-fleet
 
-# The burn-in on the simulated 8-node fleet (inventories/sim, the default inventory in ansible.cfg). Planted faults
+# The burn-in on the simulated 9-node fleet (inventories/sim, the default inventory in ansible.cfg). Planted faults
 # make nodes fail: that is the demo, so the gate is off here (gpufleet_fail_on=never); real runs keep it on.
 demo: venv
 	sim/reset --root reports/sim-state
