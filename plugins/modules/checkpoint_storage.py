@@ -119,8 +119,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-extends_documentation_fragment:
-  - kentino.gpufleet.node_module.check_result
+verdict:
+  description:
+    - The node's own verdict, V(pass), V(warn), V(fail), V(error) or V(skipped), from this check's judge with the
+      thresholds given as options. The fleet report judges the same observations again with the inventory's.
+  returned: always
+  type: str
+  sample: fail
+reasons:
+  description: One line per finding, naming what is wrong, where (GPU, device, path, rank) and what to do.
+  returned: always
+  type: list
+  elements: str
+not_run:
+  description: Why nothing ran (check mode, a precondition), else null.
+  returned: always
+  type: str
 evidence:
   description: Raw lines that justify the verdict (the /proc/mounts line, the write error, the health fields).
   returned: always

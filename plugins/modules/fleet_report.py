@@ -140,8 +140,27 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-extends_documentation_fragment:
-  - kentino.gpufleet.action_plugin.report_files
+run_id:
+  description: This run's id (the name of its directory).
+  returned: always
+  type: str
+run_dir:
+  description: Directory the files were written to (not in check mode).
+  returned: when written
+  type: str
+json_path:
+  description: Path of the JSON document (C(report.json), C(postmortem.json)), the source of truth the other files are
+    rendered from.
+  returned: when written
+  type: str
+md_path:
+  description: Path of the Markdown rendering (C(report.md), C(postmortem.md)).
+  returned: when written
+  type: str
+html_path:
+  description: Path of the HTML rendering (C(report.html), C(postmortem.html)).
+  returned: when written
+  type: str
 summary:
   description: Fleet counts (nodes, gpus, verdicts, gpu_verdicts, findings by severity, codes, gate).
   returned: always

@@ -150,8 +150,27 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-extends_documentation_fragment:
-  - kentino.gpufleet.node_module.check_result
+verdict:
+  description:
+    - The node's own verdict, V(pass), V(warn), V(fail), V(error) or V(skipped), from this check's judge with the
+      thresholds given as options. The fleet report judges the same observations again with the inventory's.
+  returned: always
+  type: str
+  sample: fail
+reasons:
+  description: One line per finding, naming what is wrong, where (GPU, device, path, rank) and what to do.
+  returned: always
+  type: list
+  elements: str
+evidence:
+  description: The raw lines that justify the verdict.
+  returned: always
+  type: list
+  elements: str
+not_run:
+  description: Why nothing ran (check mode, a precondition), else null.
+  returned: always
+  type: str
 mode:
   description: The O(mode) the snapshot ran in.
   returned: always

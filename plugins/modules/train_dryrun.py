@@ -123,9 +123,27 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-extends_documentation_fragment:
-  - kentino.gpufleet.node_module.check_result
-  - kentino.gpufleet.node_module.tool_result
+verdict:
+  description:
+    - The node's own verdict, V(pass), V(warn), V(fail), V(error) or V(skipped), from this check's judge with the
+      thresholds given as options. The fleet report judges the same observations again with the inventory's.
+  returned: always
+  type: str
+  sample: fail
+reasons:
+  description: One line per finding, naming what is wrong, where (GPU, device, path, rank) and what to do.
+  returned: always
+  type: list
+  elements: str
+not_run:
+  description: Why nothing ran (check mode, a precondition), else null.
+  returned: always
+  type: str
+output_tail:
+  description: The last lines the tool printed when it timed out (where it hung), else empty.
+  returned: always
+  type: list
+  elements: str
 evidence:
   description: Raw output lines that justify the verdict (result lines, watchdog lines, the elastic summary).
   returned: always
