@@ -42,7 +42,10 @@ ROLE_SPECS = """
       ansible.builtin.validate_argument_spec:
         argument_spec: "{{ (lookup('ansible.builtin.file', repo ~ '/roles/' ~ item ~ '/meta/argument_specs.yml')
                             | from_yaml).argument_specs.main.options }}"
-        provided_arguments: "{{ {'os_gate_role': 'example'} if item == 'os_gate' else {} }}"
+        # A role's required options the inventory does not set: os_gate's caller, the example job's file.
+        provided_arguments: "{{ {'os_gate_role': 'example'} if item == 'os_gate' else
+                                (lookup('ansible.builtin.file', repo ~ '/inventories/example-job.yml')
+                                 | from_yaml) if item == 'elastic_training' else {} }}"
       loop: %s
 """ % json.dumps(ROLES)
 
