@@ -56,7 +56,7 @@ sanity: venv
 	$(BIN)/pytest -q tests/sanity
 
 unit: venv torch-venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q --durations=15 tests/unit
 
 # Node-side code and docs on the oldest supported ansible-core (its module runner is what nodes execute).
 test-min: min-venv
@@ -64,11 +64,11 @@ test-min: min-venv
 	  tests/unit/xid tests/unit/nvidia_smi tests/unit/checks tests/unit/storage tests/unit/tool_runner -m "not slow"
 
 integration: venv
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q --durations=15 tests/integration
 
 # The real test fleet (systemd-nspawn nodes over SSH): needs root, debootstrap, systemd-container, openssh-server.
 test-fleet: system-deps venv
-	$(BIN)/pytest -q -m fleet tests/fleet
+	$(BIN)/pytest -q --durations=15 -m fleet tests/fleet
 
 test: system-deps lint sanity unit test-min integration test-fleet
 
