@@ -15,6 +15,7 @@ __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
+from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
 CHECK = "gpu_sample"
 CODES = {
@@ -117,9 +118,11 @@ def figures(result, t):
 
 
 @judge_door(CHECK)
-def judge(result, t, host, loaded_expected=False):
+def judge(result, t, host, loaded_expected=False, lost=()):
     """[finding] for one gpu_sample result. loaded_expected: a load ran beside the sampling (the burn did work), so a
-    GPU never seen loaded is a check that did not happen, not a pass."""
+    GPU never seen loaded is a check that did not happen, not a pass. lost: PCI addresses or indexes of GPUs lost
+    during the run; whether one was sampled under load before it vanished is timing, and its loss is the finding."""
+    lost = set(normalize_pci(x) if isinstance(x, str) else x for x in lost)
     out = []
     rows_by_gpu = per_gpu_rows(result)
     per, _series = figures(result, t)
@@ -150,7 +153,8 @@ def judge(result, t, host, loaded_expected=False):
                                "samples)" % (label, gen or "?", width or "?", gen_max, width_max, len(loaded)),
                                "reseat or replace the riser of %s, or move the card to another slot; check the slot's "
                                "BIOS link setting" % label, [_line(r) for r in loaded[:5]], index, pci))
-        if loaded_expected and not fig["loaded_samples"]:
+        gone = index in lost or (pci and normalize_pci(pci) in lost)
+        if loaded_expected and not fig["loaded_samples"] and not gone:
             out.append(finding("error", "SAMPLES_NOT_UNDER_LOAD", "%s: none of its %d nvidia-smi samples was taken "
                                "while the burn loaded it: its PCIe link and temperature under load were not checked"
                                % (label, fig["samples"]),

@@ -161,11 +161,12 @@ def evaluate_node(host, hv, in_play_hosts=None):
     # The samples were taken beside a load when the burn did work: a GPU never seen loaded is then unchecked.
     burn = read.get("gpu_burn") or {}
     loaded = bool(burn.get("frames")) and any((g.get("processed") or 0) > 0 for g in burn.get("gpus") or [])
+    lost_gpus = [e.get("pci") or e.get("index") for e in lost if e.get("pci") or e.get("index") is not None]
     for name, rule in CHECKS:
         if read.get(name) is None:
             continue
         if rule is samples:
-            _guard(node, name, lambda data=read[name]: samples.apply(node, data, loaded))
+            _guard(node, name, lambda data=read[name]: samples.apply(node, data, loaded, lost_gpus))
         else:
             _guard(node, name, lambda rule=rule, data=read[name]: rule.apply(node, data))
     reachable, stage = reach.apply(node, hv, results, in_play_hosts)

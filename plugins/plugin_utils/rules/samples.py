@@ -13,8 +13,8 @@ _METRICS = {"max_temperature_c": "temperature_max_c", "seconds_above_limit_s": "
             "pcie_width_under_load": "pcie_width_under_load"}
 
 
-def apply(node, data, loaded_expected=False):
-    findings = judge_samples.judge(data, node.t, node.host, loaded_expected)
+def apply(node, data, loaded_expected=False, lost=()):
+    findings = judge_samples.judge(data, node.t, node.host, loaded_expected, lost)
     per, series = judge_samples.figures(data, node.t)
     for fig in per:
         index = fig["index"] if fig["index"] is not None else node.index_of(fig["pci"])

@@ -142,3 +142,18 @@ def test_values_of_the_wrong_type_never_raise(path, value):
 def test_fuzz_never_raises(data):
     check_shape(judge_samples.judge(data, thresholds(), HOST))
     judge_samples.figures(data, thresholds())
+
+
+def test_a_gpu_never_sampled_loaded_is_unchecked_unless_it_was_lost():
+    """Beside a burn that did work, a GPU with only idle samples was not checked under load (an error, not a pass);
+    a GPU lost during the run is not: whether a sample caught it loaded before it vanished is timing (seen on the
+    test fleet: the same node's report differed between two runs), and its loss is the finding."""
+    idle = series([[_row(0, util=0), _row(1, util=0)] for _ in range(5)])
+    t = thresholds()
+    unchecked = judge_samples.judge(idle, t, HOST, loaded_expected=True)
+    assert [(f["code"], f["gpu"]) for f in unchecked] == [("SAMPLES_NOT_UNDER_LOAD", 0), ("SAMPLES_NOT_UNDER_LOAD", 1)]
+    assert judge_samples.judge(idle, t, HOST) == []  # no load ran: nothing expected
+    by_pci = judge_samples.judge(idle, t, HOST, loaded_expected=True, lost=["0000:19:00.0"])
+    assert [(f["code"], f["gpu"]) for f in by_pci] == [("SAMPLES_NOT_UNDER_LOAD", 0)]
+    by_index = judge_samples.judge(idle, t, HOST, loaded_expected=True, lost=[0])
+    assert [(f["code"], f["gpu"]) for f in by_index] == [("SAMPLES_NOT_UNDER_LOAD", 1)]
