@@ -177,6 +177,8 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
             out.flush()
         # Compressed wall time for all the iterations, capped so a sweep to 8 GB stays a short test.
         time.sleep(min(3.0, total_us / 1e6 * node.scale))
+        # A test that must catch the run in progress (a node killed during NCCL) holds it open this long.
+        time.sleep(float(os.environ.get("GPUFLEET_SIM_NCCL_HOLD_S") or 0))
     finally:
         node.remove_load()
     avg = sum(busbws) / len(busbws) if busbws else 0.0

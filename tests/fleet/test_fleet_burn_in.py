@@ -31,6 +31,7 @@ COMMON_VARS = {
         "GPUFLEET_SIM_STATE": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}",
         "GPUFLEET_SIM_NODE": "{{ inventory_hostname }}",
         "GPUFLEET_SIM_TIME_SCALE": "{{ gpufleet_sim_time_scale }}",
+        "GPUFLEET_SIM_NCCL_HOLD_S": "{{ gpufleet_sim_nccl_hold_s | default(0) }}",
     },
     # Per node: the role keeps its XID read position here. Shared by "local" nodes, one would hide another's XIDs.
     "gpufleet_state_dir": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/gpufleet",
@@ -149,9 +150,10 @@ def test_node_killed_mid_check_is_unreachable_at_once_with_its_stage(fleet, burn
     victim = fleet.nodes[0].name  # the healthy one: it would otherwise pass
     restore_nodes.append(victim)
     _fresh_state(fleet)
-    # A longer simulated dcgmi and NCCL so that the kill lands while they run.
+    # A longer simulated dcgmi and NCCL so that the kill lands while they run (the simulated NCCL of a healthy node
+    # took under a second: the polls below missed it in one run).
     run = _start(fleet, burn_in_setup, "ssh", "killed-" + stage,
-                 [] if stage == "burn" else ["-e", "gpufleet_dcgm_level=4"])
+                 [] if stage == "burn" else ["-e", "gpufleet_dcgm_level=4", "-e", "gpufleet_sim_nccl_hold_s=30"])
     deadline = time.monotonic() + 240
     while fleet.ssh(victim, "pgrep -f %s" % process, check=False, timeout=10).returncode != 0:
         assert run.proc.poll() is None and time.monotonic() < deadline, "%s never ran on %s\n%s" % (
