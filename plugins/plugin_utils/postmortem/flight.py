@@ -167,8 +167,7 @@ class FlightAccumulator:
                 entry = at[rank]
                 out.append({"rank": rank, "pg": label, "seq": seq, "op": entry["op"], "basis": "mismatch",
                             "frames": entry["frames"],
-                            "reason": "rank %d ran %s at collective #%d of process group %s while rank(s) %s ran %s"
-                                      % (rank, entry["sig"], seq, label, _short(major["ranks"]), major["sig"])})
+                            "reason": _mismatch_reason(rank, entry["sig"], seq, label, major)})
         if not out:
             for rank in group["not_started"]:
                 out.append({"rank": rank, "pg": label, "seq": seq, "op": at[rank]["op"], "basis": "not_started",
@@ -215,9 +214,13 @@ def _culprits_of_mismatch(first):
         sig = next(v["sig"] for v in first["variants"] if rank in v["ranks"])
         out.append({"rank": rank, "pg": first["pg"], "seq": first["seq"], "op": sig.split("(", 1)[0],
                     "basis": "mismatch", "frames": first["frames"].get(rank) or [],
-                    "reason": "rank %d ran %s at collective #%d of process group %s while rank(s) %s ran %s"
-                              % (rank, sig, first["seq"], first["pg"], _short(major["ranks"]), major["sig"])})
+                    "reason": _mismatch_reason(rank, sig, first["seq"], first["pg"], major)})
     return out
+
+
+def _mismatch_reason(rank, sig, seq, label, major):
+    return "rank %d ran %s at collective #%d of process group %s while rank(s) %s ran %s" % (
+        rank, sig, seq, label, _short(major["ranks"]), major["sig"])
 
 
 def _short(ranks, limit=8):
