@@ -13,7 +13,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.kentino.gpufleet.plugins.modules.job_wait import ARGUMENT_SPEC
+from ansible_collections.kentino.gpufleet.plugins.modules.job_wait import ARGUMENT_SPEC, ONE_OF
 
 display = Display()
 # The envelope the wait adds; the job's own keys (its module result) are returned as they are.
@@ -47,19 +47,42 @@ def progress_line(host, width, label, elapsed_s, planned_s):
     return "  %-*s  %s running: %s" % (width, host, label, where)
 
 
+def _without_omitted(value, omit):
+    """The module's options as a task of their own would pass them: `omit` removes the option, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without_omitted(v, omit) for k, v in value.items() if v != omit}
+    if isinstance(value, list):
+        return [_without_omitted(v, omit) for v in value if v != omit]
+    return value
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
+
+    def _start(self, args, task_vars):
+        """Start the module as `async: <timeout>` with `poll: 0` would; synchronously in check mode."""
+        module_args = _without_omitted(args["start"]["args"], task_vars.get("omit"))
+        if self._task.check_mode:
+            return self._execute_module(module_name=args["start"]["module"], module_args=module_args,
+                                        task_vars=task_vars)
+        self._task.async_val = args["timeout"]
+        try:
+            return self._execute_module(module_name=args["start"]["module"], module_args=module_args,
+                                        task_vars=task_vars, wrap_async=True)
+        finally:
+            self._task.async_val = 0
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
-        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC, **ONE_OF)
         if args["poll"] < 1 or args["timeout"] < 1:
             raise AnsibleActionFail("poll and timeout must be at least 1 second")
-        jid = args["job"].get("ansible_job_id")
+        job = args["job"] if args["start"] is None else self._start(args, task_vars)
+        jid = job.get("ansible_job_id")
         if not jid:
-            # Started synchronously (check mode) or skipped: that result is the job's result.
-            result.update(args["job"])
+            # Started synchronously (check mode), skipped, or failed to start: that result is the job's result.
+            result.update(job)
             return result
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         host = task_vars.get("inventory_hostname", "?")

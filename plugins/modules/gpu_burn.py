@@ -58,6 +58,35 @@ options:
       - The alias O(cwd) is deprecated and will be removed in version 1.0.0; use O(chdir).
     type: path
     aliases: [cwd]
+  sample:
+    description:
+      - Sample every GPU with C(nvidia-smi) beside the burn, from just before gpu_burn starts until it ends, as
+        M(kentino.gpufleet.gpu_sample) does; the samples come back in RV(sampling), judged with these thresholds.
+        One job instead of a second async sampler and a stop mark, so the samples cover exactly the load window
+        however long the controller takes to reach every node.
+      - Omit to burn without sampling.
+    type: dict
+    suboptions:
+      interval:
+        description: Seconds between the starts of two samples.
+        type: float
+        default: 5
+      temp_max_c:
+        description: GPU temperature limit in C (C(gpufleet_temp_max_c)).
+        type: float
+        default: 85.0
+      temp_sustained_s:
+        description: Seconds above O(sample.temp_max_c) that fail the GPU (C(gpufleet_temp_sustained_s)).
+        type: float
+        default: 300.0
+      load_util_min_pct:
+        description: Utilisation from which a sample counts as under load (C(gpufleet_load_util_min_pct)).
+        type: float
+        default: 50.0
+      ecc_corrected_rise:
+        description: Rise of volatile corrected ECC errors that warns (C(gpufleet_ecc_corrected_rise)).
+        type: int
+        default: 1
 notes:
   - O(executable) defaults to C(gpu_burn), then C(gpu-burn), on E(PATH) or in C(/opt/gpufleet/bin), where the
     C(kentino.gpufleet.validation_tools) role installs it.
@@ -171,19 +200,28 @@ problems:
   returned: when gpu_burn ran
   type: list
   elements: dict
+sampling:
+  description:
+    - With O(sample), the nvidia-smi samples taken beside the burn in M(kentino.gpufleet.gpu_sample)'s result shape
+      (samples, per_gpu, problems, stopped_early, stop_reason, duration_s, interval_s, nvidia_smi, and that check's
+      own verdict, reasons and evidence). The burn-in registers it as the gpu_sample result.
+  returned: when O(sample) was given and gpu_burn ran
+  type: dict
 """
 
 import os
 import re
+import threading
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils import gpu_sampling, judge_gpu_burn, judge_samples
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
     ToolCheck,
     planned_tool,
 )
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
 from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import parse_gpu_burn, start_missing
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import parse_query_gpu
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
@@ -223,6 +261,42 @@ def gpu_map(module, wanted):
     return [{"cuda_index": k, "index": r["index"], "pci": r["pci"], "uuid": r["uuid"]} for k, r in enumerate(rows)], None
 
 
+class SamplerThread:
+    """nvidia-smi sampling in a thread beside the burn: started before gpu_burn, stopped when it ends."""
+
+    def __init__(self, module, options, lease, host):
+        self.t = gpu_sampling.thresholds(options["temp_max_c"], options["temp_sustained_s"],
+                                         options["load_util_min_pct"], options["ecc_corrected_rise"])
+        self.interval = options["interval"]
+        self.host = host
+        self.executable = find_tool(module, "nvidia-smi")
+        self.timeout = module.params["timeout"]
+        self.lease = lease
+        self.done = threading.Event()
+        self.result = None
+        self.thread = threading.Thread(target=self._run, name="gpufleet-sampler")
+        self.thread.daemon = True
+
+    def _run(self):
+        if self.executable is None:
+            self.result = gpu_sampling.missing_tool_result(self.interval)
+            return
+        self.result = gpu_sampling.sample(self.executable, 30, self.interval, self.timeout, self.t,
+                                          stop=lambda: "stop" if self.done.is_set() else None, lease=self.lease)
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        """The sampling result with its own verdict (gpu_sample's shape)."""
+        self.done.set()
+        self.thread.join()
+        result = self.result
+        result.update(module_fields(judge_samples.judge(result, self.t, self.host), None))
+        result["not_run"] = None
+        return result
+
+
 def main():
     module = AnsibleModule(
         argument_spec=check_argument_spec(
@@ -233,6 +307,13 @@ def main():
             memory=dict(type="str"),
             expected_gpus=dict(type="int"),
             chdir=dict(type="path", aliases=["cwd"]),
+            sample=dict(type="dict", options=dict(
+                interval=dict(type="float", default=5),
+                temp_max_c=dict(type="float", default=85.0),
+                temp_sustained_s=dict(type="float", default=300.0),
+                load_util_min_pct=dict(type="float", default=50.0),
+                ecc_corrected_rise=dict(type="int", default=1),
+            )),
             **LEASE_OPTIONS
         ),
         supports_check_mode=True,
@@ -274,8 +355,17 @@ def main():
         env["CUDA_VISIBLE_DEVICES"] = ",".join(m["uuid"] for m in mapping)
     elif params["gpus"]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in params["gpus"])
+    sampler = None
+    if params["sample"] is not None:
+        if params["sample"]["interval"] <= 0:
+            module.fail_json(msg="sample.interval must be a positive number of seconds, got %s"
+                                 % params["sample"]["interval"])
+        sampler = SamplerThread(module, params["sample"], check.lease, check.host)
+        sampler.start()  # before the burn: its first sample is the idle reference, the rest cover the load
     ran, obs = check.run(argv, timeout, env=env, cwd=cwd)
     obs.update(gpu_map=mapping, gpu_map_problem=map_problem)
+    if sampler is not None:
+        obs["sampling"] = sampler.stop()
     if not ran.error and not ran.timed_out:
         parsed = parse_gpu_burn(ran.stdout + "\n" + ran.stderr)
         by_cuda = dict((m["cuda_index"], m) for m in mapping or [])

@@ -237,10 +237,9 @@ nvidia_smi:
 """
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_samples
+from ansible_collections.kentino.gpufleet.plugins.module_utils import gpu_sampling, judge_samples
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
@@ -248,43 +247,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
     node_name,
     open_lease,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
-    SAMPLE_SPEC,
-    QueryGpu,
-    gpu_problem,
-    public_problems,
-)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool
-
-SAMPLE_KEYS = [key for key, _candidates in SAMPLE_SPEC]
-MAX_EVIDENCE_CALLS = 20
-# nvidia-smi answering with no GPU at all this many times in a row ends the sampling (a lost GPU alone does not: the
-# others are still sampled).
-MAX_EMPTY_SAMPLES = 3
-
-
-def _wait_or_stop(until, stop_file, lease):
-    """Sleep until the monotonic time `until`. Returns the reason to stop early: 'stop_file', 'lease' or None."""
-    while True:
-        if stop_file and os.path.exists(stop_file):
-            return "stop_file"
-        if lease is not None and lease.expired():
-            return "lease"
-        left = until - time.monotonic()
-        if left <= 0:
-            return None
-        time.sleep(min(left, 0.2))
-
-
-def _empty_reason(answer):
-    errors = [p for p in answer["problems"] if p["kind"] in ("tool_error", "unparsable_output")]
-    return "nvidia-smi failed: %s" % errors[0]["message"] if errors else "nvidia-smi returned no GPU rows"
-
-
-def thresholds(p):
-    return {"gpufleet_temp_max_c": float(p["temp_max_c"]), "gpufleet_temp_sustained_s": float(p["temp_sustained_s"]),
-            "gpufleet_load_util_min_pct": float(p["load_util_min_pct"]),
-            "gpufleet_ecc_corrected_rise": p["ecc_corrected_rise"]}
 
 
 def main():
@@ -306,58 +269,18 @@ def main():
     for name in ("duration", "interval", "lease_timeout"):
         if p[name] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (name, p[name]))
-    t = thresholds(p)
+    t = gpu_sampling.thresholds(p["temp_max_c"], p["temp_sustained_s"], p["load_util_min_pct"],
+                                p["ecc_corrected_rise"])
     host = node_name()
     lease = open_lease(module)
-    result = {"samples": [], "per_gpu": [], "problems": [], "stopped_early": False, "stop_reason": None,
-              "duration_s": 0.0, "interval_s": p["interval"],
-              "nvidia_smi": {"call_count": 0, "rejected_fields": [], "calls": []}}
     executable = find_tool(module, "nvidia-smi", p["executable"])
     if executable is None:
-        result["problems"].append(gpu_problem("tool_missing", "install the NVIDIA driver (nvidia-smi not found %s)"
-                                              % ("at " + p["executable"] if p["executable"] else "on PATH")))
-        result["stopped_early"] = True
-        result["stop_reason"] = "nvidia-smi not found"
-        exit_check(module, result, judge_samples.judge(result, t, host))
-
-    query = QueryGpu(executable, SAMPLE_SPEC, p["timeout"])
-    problems = []
-    empty = 0
-    started = time.monotonic()
-    tick = 0
-    seen_calls = 0
-    while tick == 0 or tick * p["interval"] < p["duration"]:
-        if tick:
-            why = _wait_or_stop(started + tick * p["interval"], p["stop_file"], lease)
-            if why == "lease":
-                result["stopped_early"], result["stop_reason"] = True, lease.reason()
-                break
-            if why == "stop_file":
-                break
-        t_s = round(time.monotonic() - started, 3)
-        answer = query.run()
-        # Keep the evidence of resolution and failures, not of every routine sample.
-        new_calls = query.calls[seen_calls:]
-        seen_calls = len(query.calls)
-        if tick == 0 or answer["problems"]:
-            room = MAX_EVIDENCE_CALLS - len(result["nvidia_smi"]["calls"])
-            result["nvidia_smi"]["calls"].extend(new_calls[:max(room, 0)])
-        problems.extend(answer["problems"])
-        tick += 1
-        if answer["gpus"]:
-            empty = 0
-            gpus = [dict((key, row.get(key)) for key in SAMPLE_KEYS) for row in answer["gpus"]]
-            result["samples"].append({"t_s": t_s, "gpus": gpus})
-            continue
-        empty += 1
-        if empty >= MAX_EMPTY_SAMPLES:
-            result["stopped_early"], result["stop_reason"] = True, _empty_reason(answer)
-            break
-    result["duration_s"] = round(time.monotonic() - started, 3)
-    result["problems"] = public_problems(problems)
-    result["per_gpu"] = judge_samples.figures(result, t)[0]
-    result["nvidia_smi"]["call_count"] = len(query.calls)
-    result["nvidia_smi"]["rejected_fields"] = list(query.rejected)
+        result = gpu_sampling.missing_tool_result(p["interval"], p["executable"])
+    else:
+        stop_file = p["stop_file"]
+        result = gpu_sampling.sample(executable, p["timeout"], p["interval"], p["duration"], t,
+                                     stop=(lambda: "stop" if os.path.exists(stop_file) else None) if stop_file
+                                     else None, lease=lease)
     exit_check(module, result, judge_samples.judge(result, t, host))
 
 

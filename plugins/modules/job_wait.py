@@ -38,8 +38,26 @@ options:
       - The registered result of the task that started the job with C(async) and C(poll 0).
       - When it has no C(ansible_job_id) (the task ran synchronously, as in check mode, or was skipped) it is returned
         as it is, so one wait task serves every mode.
+      - Exactly one of O(job) and O(start).
     type: dict
-    required: true
+  start:
+    description:
+      - Start the job here instead of in a task of its own, as C(async) with C(poll 0) would (its async timeout is
+        O(timeout)), and wait for it at once. One task per long check instead of two, and no gap between the start
+        and the first poll in which the run's lease could go stale while the controller starts the job on the other
+        nodes of a large fleet.
+      - In check mode the module runs synchronously (it plans, runs nothing) and its result is returned.
+      - Options whose value is C(omit) are left out, as in a task of their own.
+    type: dict
+    suboptions:
+      module:
+        description: The module to run, by its fully qualified name (e.g. C(kentino.gpufleet.gpu_burn)).
+        type: str
+        required: true
+      args:
+        description: Its options.
+        type: dict
+        default: {}
   label:
     description: What runs, for the progress line (e.g. C(gpu_burn)).
     type: str
@@ -84,6 +102,16 @@ EXAMPLES = r"""
     label: gpu_burn
     planned: 600
   register: gpufleet_result_gpu_burn
+
+- name: Start dcgmi diag and wait for it, in one task
+  kentino.gpufleet.job_wait:
+    start:
+      module: kentino.gpufleet.dcgm_diag
+      args:
+        level: 3
+    label: dcgmi diag
+    timeout: 14400
+  register: gpufleet_result_dcgm_diag
 """
 
 RETURN = r"""
@@ -104,7 +132,9 @@ polls:
 from ansible.module_utils.basic import AnsibleModule
 
 ARGUMENT_SPEC = dict(
-    job=dict(type="dict", required=True),
+    job=dict(type="dict"),
+    start=dict(type="dict", options=dict(module=dict(type="str", required=True),
+                                         args=dict(type="dict", default={}))),
     label=dict(type="str", default="job"),
     planned=dict(type="int", default=0),
     timeout=dict(type="int", default=3600),
@@ -114,9 +144,11 @@ ARGUMENT_SPEC = dict(
     run_id=dict(type="str"),
 )
 
+ONE_OF = dict(mutually_exclusive=[("job", "start")], required_one_of=[("job", "start")])
+
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **ONE_OF)
     module.fail_json(msg="kentino.gpufleet.job_wait runs as an action plugin on the controller; this module file only "
                          "documents it.")
 

@@ -3,9 +3,10 @@
 import os
 import time
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn, judge_samples
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import node_name
-from helpers.module_runner import run_module
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULTS
+from helpers.module_runner import REPO, run_module
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 HOST = node_name()
@@ -148,3 +149,41 @@ def test_relative_path_entry_still_runs_from_the_tool_directory(standin):
     result = run_module("gpu_burn", {"duration": 60}, env={"PATH": "%s:%s" % (relative, SAFE_PATH)})
     assert result["verdict"] == "pass", result["reasons"]
     assert os.path.isabs(result["tool"]["argv"][0]) and tool.cwd == str(tool.dir)
+
+
+def _sim_env(tmp_path, scenario):
+    sim = REPO / "sim"
+    return {"GPUFLEET_SIM_SCENARIO": scenario, "GPUFLEET_SIM_STATE": str(tmp_path / "node"),
+            "GPUFLEET_SIM_NODE": "sim-node01", "GPUFLEET_SIM_TIME_SCALE": "0.01",
+            "PATH": "%s:%s" % (sim / "bin", SAFE_PATH)}
+
+
+def test_sampling_beside_the_burn_covers_exactly_the_load(tmp_path, contract):
+    """One job: the samples start before the burn (an idle reference) and end with it, whatever the controller does."""
+    result = run_module("gpu_burn", {"duration": 300, "sample": {"interval": 0.3}},
+                        env=_sim_env(tmp_path, "pcie_degraded"))
+    assert result["verdict"] == "pass", result["reasons"]
+    judge, t, kwargs = _burn_judge(result)
+    assert contract("gpu_burn", result, judge, t, **kwargs) == []
+    sampling = result["sampling"]
+    assert contract("gpu_sample", sampling, judge_samples.judge, dict(DEFAULTS)) != []
+    assert sampling["stopped_early"] is False and sampling["stop_reason"] is None
+    # Ended by the burn's end, not by a duration: the sampler ran as long as the burn, give or take one interval.
+    assert abs(sampling["duration_s"] - result["tool"]["duration_s"]) < 1.5, (sampling["duration_s"], result["tool"])
+    loaded = {g["pci"]: g["loaded_samples"] for g in sampling["per_gpu"]}
+    assert len(loaded) == 8 and min(loaded.values()) >= 3, loaded
+    assert sampling["verdict"] == "fail" and any("PCIe link under load is gen 1 x4" in r for r in sampling["reasons"])
+
+
+def test_sampling_without_nvidia_smi_says_so(standin, tmp_path):
+    tool = standin("gpu_burn", "gpu_burn", "healthy_2gpu.log")
+    result = run_module("gpu_burn", {"executable": str(tool.path), "duration": 60, "expected_gpus": 2,
+                                     "sample": {"interval": 1}}, env={"PATH": SAFE_PATH})
+    assert result["verdict"] == "pass"
+    assert result["sampling"]["verdict"] == "error" and result["sampling"]["stop_reason"] == "nvidia-smi not found"
+
+
+def test_sampling_interval_must_be_positive(standin):
+    tool = standin("gpu_burn", "gpu_burn", "healthy_2gpu.log")
+    result = run_module("gpu_burn", {"executable": str(tool.path), "duration": 60, "sample": {"interval": 0}})
+    assert result.get("failed") and "sample.interval must be a positive number" in result["msg"]
