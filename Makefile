@@ -39,7 +39,7 @@ torch-venv: $(TORCH_VENV)/bin/torchrun
 
 $(MIN_VENV)/.installed:
 	$(shell hack/find-python 3.11) -m venv $(MIN_VENV)
-	$(MIN_VENV)/bin/pip install -q '$(MIN_ANSIBLE)' pytest pytest-timeout hypothesis PyYAML Jinja2 jsonschema
+	$(MIN_VENV)/bin/pip install -q '$(MIN_ANSIBLE)' pytest pytest-timeout pytest-xdist hypothesis PyYAML Jinja2 jsonschema
 	touch $@
 
 min-venv: $(MIN_VENV)/.installed
@@ -53,24 +53,43 @@ lint: venv
 	$(BIN)/python hack/gen_role_readmes.py --check
 
 sanity: venv
-	$(BIN)/pytest -q tests/sanity
+	$(BIN)/pytest -q -n 2 tests/sanity
+
+# Parallel workers (pytest-xdist): most tests wait on subprocesses, playbooks and timers rather than compute, so
+# more workers than cores pays; files stay whole on one worker (their module fixtures run once).
+UNIT_WORKERS ?= 4
+INTEGRATION_WORKERS ?= 3
+FLEET_WORKERS ?= 3
 
 unit: venv torch-venv
-	$(BIN)/pytest -q --durations=15 tests/unit
+	$(BIN)/pytest -q -n $(UNIT_WORKERS) --dist loadfile --durations=15 tests/unit
 
 # Node-side code and docs on the oldest supported ansible-core (its module runner is what nodes execute).
 test-min: min-venv
-	PATH=$(CURDIR)/$(MIN_VENV)/bin:$$PATH $(MIN_VENV)/bin/pytest -q -p no:cacheprovider tests/sanity \
+	PATH=$(CURDIR)/$(MIN_VENV)/bin:$$PATH $(MIN_VENV)/bin/pytest -q -n 2 -p no:cacheprovider tests/sanity \
 	  tests/unit/xid tests/unit/nvidia_smi tests/unit/checks tests/unit/storage tests/unit/tool_runner -m "not slow"
 
 integration: venv
-	$(BIN)/pytest -q --durations=15 tests/integration
+	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadfile --durations=15 tests/integration
 
 # The real test fleet (systemd-nspawn nodes over SSH): needs root, debootstrap, systemd-container, openssh-server.
 test-fleet: system-deps venv
 	$(BIN)/pytest -q --durations=15 -m fleet tests/fleet
 
-test: system-deps lint sanity unit test-min integration test-fleet
+# The suites in order, the fast ones first so that a failure shows in minutes; each one's time is printed, and the
+# table of all of them at the end (tests/output/suite-times.txt).
+SUITES := sanity test-min lint unit integration test-fleet
+TIMES := tests/output/suite-times.txt
+test: system-deps venv
+	@mkdir -p tests/output; rm -f $(TIMES); total0=$$(date +%s); \
+	for s in $(SUITES); do \
+	  t0=$$(date +%s); $(MAKE) --no-print-directory $$s; rc=$$?; \
+	  printf '%-12s %5d s%s\n' $$s $$(( $$(date +%s) - t0 )) "$$( [ $$rc = 0 ] || echo '  FAILED')" >> $(TIMES); \
+	  echo "== suite $$s: $$(( $$(date +%s) - t0 )) s, rc $$rc"; \
+	  [ $$rc = 0 ] || break; \
+	done; \
+	printf '%-12s %5d s\n' total $$(( $$(date +%s) - total0 )) >> $(TIMES); \
+	echo "== suite times"; cat $(TIMES); ! grep -q FAILED $(TIMES)
 
 # The burn-in on the simulated 9-node fleet (inventories/sim, the default inventory in ansible.cfg). Planted faults
 # make nodes fail: that is the demo, so the gate is off here (gpufleet_fail_on=never); real runs keep it on.

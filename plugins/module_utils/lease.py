@@ -38,8 +38,8 @@ class Lease:
         self.timeout_s = float(timeout_s)
 
     def touch(self):
-        if not os.path.isdir(self.jobs):
-            os.makedirs(self.jobs, 0o700)
+        # exist_ok: the jobs of one run (the burn, a wait) touch it at the same moment.
+        os.makedirs(self.jobs, 0o700, exist_ok=True)
         with open(self.path, "a"):
             pass
         os.utime(self.path, None)

@@ -228,12 +228,12 @@ def test_an_unwritable_metrics_directory_is_reported_and_recovered(sim):
                 break
             time.sleep(0.1)
         assert status.get("textfile_ok") is False and "Permission denied" in status["textfile_error"]["error"]
-        assert "cannot write" in w.log() and "keeps reading the kernel log" in w.log()
+        assert "keeps reading the kernel log" in w.wait_for_log("cannot write")
         assert w.proc.poll() is None
         w.metrics_dir.chmod(0o755)
         m = w.wait_for(lambda m: xids(m) == 1, what="the event once writable again")
         assert value(m, "gpufleet_gpu_lost", pci="0000:c1:00") == 1
-        assert "writable again" in w.log()
+        assert "writable again" in w.wait_for_log("writable again")
         assert json.loads((w.state_dir / "xid-watcher.status.json").read_text())["textfile_ok"] is True
         assert stat.S_IMODE(os.stat(w.prom).st_mode) == 0o644
         w.stop()

@@ -134,5 +134,14 @@ class WatcherProc:
     def log(self):
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def wait_for_log(self, text, timeout=15.0):
+        """The watcher's log once it holds `text` (it writes its log lines after the files they are about)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() > deadline or (self.proc is not None and self.proc.poll() is not None):
+                raise AssertionError("watcher: %r not in its log within %ss:\n%s" % (text, timeout, self.log()[-3000:]))
+            time.sleep(0.05)
+        return self.log()
+
     def state(self):
         return json.loads((self.state_dir / "xid-watcher.state.json").read_text())

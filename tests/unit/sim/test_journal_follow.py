@@ -83,7 +83,13 @@ def test_follow_after_a_reset_prints_only_new_entries(sim, sim_package):
     proc = _popen(sim, "-f", "-o", "json", "--lines=0")
     try:
         from gpufleet_sim.state import reset
-        time.sleep(0.3)
+        # The follower is following once it prints a line appended after it started: append one until it does (a
+        # wait on that, not on a guessed start-up time).
+        deadline = time.monotonic() + 30
+        while not _read_json_lines(proc, 1, timeout=0.5):
+            assert time.monotonic() < deadline, "journalctl -f printed nothing appended within 30 s"
+            node.append_kernel(["NVRM: before the reboot"])
+        assert {r["MESSAGE"] for r in _read_json_lines(proc, 100, timeout=1.0)} <= {"NVRM: before the reboot"}
         reset(str(sim.state()))
         node = _node(sim_package, sim)  # the simulated reboot writes a fresh log with its history
         node.append_kernel(["NVRM: after the reboot"])
