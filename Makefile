@@ -70,7 +70,7 @@ test-min: min-venv
 	  tests/unit/xid tests/unit/nvidia_smi tests/unit/checks tests/unit/storage tests/unit/tool_runner -m "not slow"
 
 integration: venv
-	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadfile --durations=15 tests/integration
+	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadgroup --durations=15 tests/integration
 
 # The real test fleet (systemd-nspawn nodes over SSH): needs root, debootstrap, systemd-container, openssh-server.
 test-fleet: system-deps venv

@@ -5,7 +5,10 @@ The per-node work is fixed (same scenario, same simulated burn length, same samp
 of nodes changes, so wall(N)/wall(1) is the orchestration overhead of fanning out. Prints both walls, the per-stage
 split and the ratio; last line: `fleet_burnin ratio=<wallN/wall1>`.
 
-    bench/fleet_burnin.py [--nodes 32] [--burn-real-s 120] [--poll-s 15] [--sample-s 10]
+    bench/fleet_burnin.py [--nodes 32] [--burn-real-s 120] [--poll-s 15] [--sample-s 10] [--keep DIR]
+
+The last line also says whether every node got the verdict and findings the single node got (same_verdicts=yes):
+a verdict that changes with the fleet's size means the benchmark measures nothing.
 """
 
 import argparse
@@ -43,10 +46,12 @@ def run(nodes, args, work):
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit("burn-in on %d node(s) failed (rc %d)" % (nodes, proc.returncode))
     report = json.loads((work / ("reports%d" % nodes) / "latest" / "report.json").read_text())
-    verdicts = {}
+    verdicts, codes = {}, {}
     for node in report["nodes"]:
         verdicts[node["verdict"]] = verdicts.get(node["verdict"], 0) + 1
-    return wall, verdicts
+        for code in sorted({f["code"] for f in node["findings"]}):
+            codes[code] = codes.get(code, 0) + 1
+    return wall, verdicts, codes
 
 
 def main():
@@ -56,18 +61,23 @@ def main():
     p.add_argument("--poll-s", type=int, default=15, help="async poll interval (gpufleet_poll_interval_s)")
     p.add_argument("--sample-s", type=int, default=10, help="nvidia-smi sample interval under load")
     p.add_argument("--scenario", default="healthy_h100")
+    p.add_argument("--keep", help="write the inventories, reports and simulator state here (kept) instead of a "
+                                  "temporary directory")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="fleet_burnin.") as tmp:
-        work = Path(tmp)
-        wall1, v1 = run(1, args, work)
-        walln, vn = run(args.nodes, args, work)
+        work = Path(args.keep) if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        wall1, v1, c1 = run(1, args, work)
+        walln, vn, cn = run(args.nodes, args, work)
     cores = os.cpu_count()
     print("burn per node: %.0f s real (simulated %d s), poll %d s, samples every %d s, controller cores: %d"
           % (args.burn_real_s, int(args.burn_real_s / TIME_SCALE), args.poll_s, args.sample_s, cores))
-    print("1 node:   wall %7.1f s  verdicts %s" % (wall1, v1))
-    print("%d nodes: wall %7.1f s  verdicts %s" % (args.nodes, walln, vn))
+    print("1 node:   wall %7.1f s  verdicts %s  findings %s" % (wall1, v1, c1))
+    print("%d nodes: wall %7.1f s  verdicts %s  findings %s" % (args.nodes, walln, vn, cn))
     print("overhead per node beyond the first: %.2f s" % ((walln - wall1) / max(args.nodes - 1, 1)))
-    print("fleet_burnin ratio=%.2f" % (walln / wall1))
+    # The same per-node work must give the same verdict at 1 and at N nodes (the same scenario on every node).
+    same = set(vn) == set(v1) and {c: n / args.nodes for c, n in cn.items()} == {c: float(n) for c, n in c1.items()}
+    print("fleet_burnin ratio=%.2f same_verdicts=%s" % (walln / wall1, "yes" if same else "NO"))
 
 
 if __name__ == "__main__":

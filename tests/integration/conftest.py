@@ -1,7 +1,18 @@
-"""Run each playbook on the simulated fleet once per session and hand its result to the tests."""
+"""Run each playbook on the simulated fleet once per session and hand its result to the tests.
+
+Under pytest-xdist (`make integration`: --dist loadgroup) every file is one group, so a file's module fixtures run
+once on one worker; files that read the same session run (the demo's burn-in) share a group named in their
+`pytestmark`, so that run happens once.
+"""
 
 import pytest
 from helpers.playbook_runner import run_playbook
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(scope="session")

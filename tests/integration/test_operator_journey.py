@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, codes, nodes_by_host, run_playbook
 
-pytestmark = pytest.mark.slow
+# With test_sim_burn_in.py: both read the demo's session run (burn_in_run), made once on one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
 
 def _findings(report):
@@ -53,8 +55,9 @@ def _inventory(tmp_path, scenarios):
     return str(inv)
 
 
-def test_the_demo_twice_gives_the_same_findings(tmp_path):
-    first = run_playbook("burn_in", tmp_path / "a", extra={"gpufleet_fail_on": "never"})
+def test_the_demo_twice_gives_the_same_findings(tmp_path, burn_in_run):
+    """The session's demo run (the gate on) and one more (the gate off): the gate changes the exit code only."""
+    first = burn_in_run
     second = run_playbook("burn_in", tmp_path / "b", extra={"gpufleet_fail_on": "never"})
     assert first[2] is not None and second[2] is not None, first[1][-3000:] + second[1][-3000:]
     assert _findings(first[2]) == _findings(second[2])
@@ -67,8 +70,12 @@ def test_the_burn_stage_in_a_loop_never_loses_a_finding(tmp_path):
     extra = {"gpufleet_fail_on": "never", "gpufleet_dcgm_enabled": False, "gpufleet_nccl_enabled": False,
              "gpufleet_checkpoint_path": ""}
     seen = []
-    for i in range(8):
-        rc, output, report = run_playbook("burn_in", tmp_path / ("run%d" % i), inventory=inv, extra=extra)
+    # Eight runs, four at a time (each with its own nodes' state and reports): the same findings every time, and
+    # concurrent runs load the machine as a busy controller would.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(lambda i: run_playbook("burn_in", tmp_path / ("run%d" % i), inventory=inv, extra=extra),
+                             range(8)))
+    for _rc, output, report in runs:
         assert report is not None, output[-3000:]
         seen.append(_findings(report))
         by_host = nodes_by_host(report)
