@@ -203,6 +203,7 @@ def test_dmesg_source_skips_what_it_read_before(tmp_path, sim):
 def test_an_unwritable_metrics_directory_is_reported_and_recovered(sim):
     # As root every directory is writable: run the watcher as nobody, as the service runs as its own user.
     root = Path(tempfile.mkdtemp(prefix="gpufleet-unwritable-", dir="/tmp"))
+    w = None
     try:
         root.chmod(0o755)
         kern = root / "kern.log"
@@ -236,6 +237,7 @@ def test_an_unwritable_metrics_directory_is_reported_and_recovered(sim):
         assert "writable again" in w.wait_for_log("writable again")
         assert json.loads((w.state_dir / "xid-watcher.status.json").read_text())["textfile_ok"] is True
         assert stat.S_IMODE(os.stat(w.prom).st_mode) == 0o644
-        w.stop()
     finally:
+        if w is not None:
+            w.stop()  # also when an assertion failed: no watcher outlives its test
         shutil.rmtree(root, ignore_errors=True)
