@@ -5,7 +5,6 @@ the directory used."""
 
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -18,36 +17,11 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.step impo
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers.history_files import PAGE, garbage_in_the_middle, healthy_history  # noqa: E402
 from test_store import DAY, T0, node, run  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
-PAGE = 4096
 DOC = {"run_id": "r-new", "playbook": "audit", "finished": "2027-01-15T02:30:00Z", "summary": {"verdict": "pass"}}
-
-
-def healthy_history(path, days=30, hosts=4):
-    """A history of `days` nightly audits of `hosts` 8-GPU nodes, checkpointed into the main file."""
-    with History(path) as h:
-        for day in range(days):
-            h.record(run("r%d" % day, T0 + day * DAY), [node("n%d" % k, T0 + day * DAY, gpus=8) for k in range(hosts)])
-        h.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path
-
-
-def garbage_in_the_middle(path):
-    """Overwrite one page in the middle of the file (not the header page), as a bad sector or a stray write would."""
-    data = bytearray(path.read_bytes())
-    middle = (len(data) // PAGE // 2) * PAGE
-    data[middle:middle + PAGE] = b"\xde\xad\xbe\xef" * (PAGE // 4)
-    path.write_bytes(bytes(data))
-    db = sqlite3.connect(path)
-    try:  # the precondition: SQLite calls it damaged
-        assert db.execute("PRAGMA quick_check").fetchone()[0] != "ok"
-    except sqlite3.DatabaseError as exc:
-        assert "malformed" in str(exc)
-    finally:
-        db.close()
-    return path.read_bytes()
 
 
 def test_garbage_in_the_middle_is_refused_at_open_and_never_written(tmp_path):
