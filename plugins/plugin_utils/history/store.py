@@ -139,8 +139,7 @@ def write_problem(path):
     """(why, fix) when this process cannot write the history at `path` (the file, and its directory, where SQLite
     keeps its -wal and -shm files): a read-only file system or missing permissions. None when it can."""
     directory = _existing(os.path.dirname(path))
-    where = " (history directory %s)" % os.path.dirname(path)
-    other = "or point gpufleet_history_dir at a directory this user can write" + where
+    other = "or point gpufleet_history_dir at a directory this user can write"
     try:
         if os.statvfs(directory).f_flag & os.ST_RDONLY:
             return ("cannot be written: %s is on a read-only file system (the file itself may be fine)" % directory,
@@ -237,8 +236,10 @@ class History:
         except sqlite3.DatabaseError as exc:
             lines = [str(exc)]
         if lines != ["ok"]:
-            _refuse(self.path, "is damaged (PRAGMA %s: %s)%s" % (pragma, "; ".join(
-                " ".join(line.split()) for line in lines[:3]), consequence), DAMAGED_FIX, "damaged")
+            found = [" ".join(part.split()) for line in lines for part in line.splitlines()
+                     if not part.startswith("*** in database")]  # SQLite's heading of a multi-database report
+            _refuse(self.path, "is damaged (PRAGMA %s: %s)%s" % (pragma, "; ".join(found[:3]), consequence),
+                    DAMAGED_FIX, "damaged")
 
     def _failure(self, exc, doing, consequence=""):
         """The HistoryError for an sqlite3 error: damage, a file this process cannot use, or the fault itself."""
