@@ -33,6 +33,11 @@ CODES = {
     "FABRIC_MANAGER_UNREADABLE": ("error", "the fabric manager's service or package state could not be read"),
     "FABRIC_STATE_INCOMPLETE": ("fail", "a GPU's fabric state is not Completed with Success: it is not registered with "
                                         "the NVLink fabric"),
+    "FABRIC_HEALTH_UNHEALTHY": ("fail", "a GPU registered with the fabric (Completed, Success) whose fabric health is "
+                                        "Unhealthy: a route unhealthy or recovering, an access timeout recovery, an "
+                                        "incorrect configuration"),
+    "FABRIC_BANDWIDTH_DEGRADED": ("fail", "a GPU registered with the fabric whose fabric bandwidth is degraded "
+                                          "(Health Summary Limited Capacity, Bandwidth Degraded)"),
     "NVLINK_LINK_DOWN": ("fail", "an NVLink is down (or missing next to the GPU's peers): the GPU pair and link named"),
     "NVLINK_LINK_SLOW": ("fail", "an NVLink runs below its rated speed (gpufleet_nvlink_min_link_speed_gbps, else the "
                                  "node's fastest link of the same GPU model)"),
@@ -133,11 +138,68 @@ def _fm_findings(result, host):
     return out, verdict
 
 
+# The fabric health rows (nvidia-smi -q Fabric > Health; nvidia_smi_nvlink.FABRIC_HEALTH) as -q labels them.
+_HEALTH_ROWS = (("fabric_health_summary", "Summary"), ("fabric_health_bandwidth", "Bandwidth"),
+                ("fabric_health_route_recovery", "Route Recovery in progress"),
+                ("fabric_health_route_unhealthy", "Route Unhealthy"),
+                ("fabric_health_access_timeout_recovery", "Access Timeout Recovery"),
+                ("fabric_health_incorrect_configuration", "Incorrect Configuration"))
+_HEALTH_CONDITIONS = (("fabric_health_route_unhealthy", "route unhealthy"),
+                      ("fabric_health_route_recovery", "route recovery in progress"),
+                      ("fabric_health_access_timeout_recovery", "access timeout recovery in progress"))
+
+
+def _word(gpu, key):
+    return " ".join(str(gpu.get(key) or "").split())
+
+
+def _health_finding(gpu, host):
+    """The finding of a registered GPU's fabric health, or None when it is healthy or not reported (older drivers
+    print no Summary, or Bandwidth alone)."""
+    summary = _word(gpu, "fabric_health_summary")
+    conditions = [name for key, name in _HEALTH_CONDITIONS if _word(gpu, key).lower() in ("true", "yes")]
+    config = _word(gpu, "fabric_health_incorrect_configuration")
+    if config and config.lower() not in ("none", "not supported"):
+        conditions.append("incorrect configuration %s" % config)
+    degraded = summary.lower() == "limited capacity" or _word(gpu, "fabric_health_bandwidth").lower() == "degraded"
+    if summary.lower() != "unhealthy" and not conditions and not degraded:
+        return None
+    evidence = _evidence(gpu, ["Fabric health: " + ", ".join("%s=%s" % (label, gpu.get(key)) for key, label in
+                                                            _HEALTH_ROWS if gpu.get(key) is not None)])
+    where = _label(host, gpu)
+    index = gpu.get("index")
+    if summary.lower() == "unhealthy" or conditions:
+        if conditions and all("recover" in c for c in conditions):
+            action = ("the fabric is recovering: rerun the check on %s in a few minutes; if GPU %s stays Unhealthy, "
+                      "read journalctl -u nvidia-fabricmanager and nvidia-smi nvlink -s -i %s, reset the GPU or "
+                      "reboot" % (host, index, index))
+        elif any(c.startswith("incorrect configuration") for c in conditions):
+            action = ("the fabric's configuration does not fit GPU %s (%s): check its NVLink partition, the "
+                      "chassis serial and the GPU firmware against the fabric manager's log (journalctl -u "
+                      "nvidia-fabricmanager) before it runs jobs" % (index, config))
+        else:
+            action = ("read nvidia-smi nvlink -s and -e -i %s on %s for links down or erroring and journalctl -u "
+                      "nvidia-fabricmanager; reset the GPU or reboot; if it stays Unhealthy, service its NVLink path "
+                      "(GPU module, NVSwitch baseboard or tray)" % (index, host))
+        return finding("fail", "FABRIC_HEALTH_UNHEALTHY", "%s: registered with the NVLink fabric (Completed, "
+                       "Success) but its fabric health is %s%s" % (
+                           where, summary or "not summarised", (": " + ", ".join(conditions)) if conditions else ""),
+                       action, evidence, gpu=index, pci=gpu.get("pci"))
+    return finding("fail", "FABRIC_BANDWIDTH_DEGRADED", "%s: its NVLink fabric bandwidth is degraded (Summary %s, "
+                   "Bandwidth %s): collectives through it run below the platform's rate" % (
+                       where, summary or "not printed", _word(gpu, "fabric_health_bandwidth") or "not printed"),
+                   "nvidia-smi nvlink -s -i %s on %s shows which links are down or slow; reset the GPU or reboot to "
+                   "retrain them; if it stays degraded, reseat or service the GPU module or the NVSwitch baseboard"
+                   % (index, host), evidence, gpu=index, pci=gpu.get("pci"))
+
+
 def _fabric_findings(result, host, fm_verdict):
     out = []
     for gpu in _gpus(result):
         state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
         if state == "completed" and (status or "").lower() == "success":
+            health = _health_finding(gpu, host)
+            out += [health] if health else []
             continue
         if state is None and status is None:
             continue  # the driver reports no fabric for this GPU (older driver, or -q not read)

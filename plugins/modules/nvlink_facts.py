@@ -100,7 +100,10 @@ ansible_facts:
           nscq_package, nscq_version, packages, errors}), gpus, topology, baseline, problems, unparsed."
         - "Each GPU: index, pci (V(dddd:bb:dd)), uuid, name, fabric_state (V(completed), V(in_progress),
           V(not_started) ..., null when the GPU is not in an NVSwitch fabric), fabric_status (e.g. V(Success)),
-          fabric_clique_id, fabric_cluster_uuid, fabric_health_summary, fabric_health_bandwidth, nvlink_present,
+          fabric_clique_id, fabric_cluster_uuid, fabric_health_summary (V(Healthy), V(Unhealthy), V(Limited Capacity)),
+          fabric_health_bandwidth (V(Full), V(Degraded)), fabric_health_route_recovery, fabric_health_route_unhealthy,
+          fabric_health_access_timeout_recovery (V(True), V(False)), fabric_health_incorrect_configuration
+          (V(None) or the fault; null where the driver prints no such row), nvlink_present,
           nvlink_all_inactive, nvlink_links_total, nvlink_links_up, nvlink_links ([{link, up, speed_gbps}]),
           nvlink_counters ([{link, crc_errors, replay_errors, recovery_errors, counters}]), nvlink_crc_errors_total,
           nvlink_replay_errors_total, nvlink_recovery_errors_total, evidence (the raw lines)."
@@ -136,6 +139,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import fabric_man
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import parse_q
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_nvlink import (
+    FABRIC_HEALTH,
     link_totals,
     parse_nvlink_errors,
     parse_nvlink_status,
@@ -242,7 +246,9 @@ class Reader:
 def _gpu_entry(ident):
     return {"index": ident["index"], "pci": ident["pci"], "uuid": ident["uuid"], "name": ident["name"],
             "fabric_state": None, "fabric_status": None, "fabric_clique_id": None, "fabric_cluster_uuid": None,
-            "fabric_health_summary": None, "fabric_health_bandwidth": None, "nvlink_present": None,
+            "fabric_health_summary": None, "fabric_health_bandwidth": None, "fabric_health_route_recovery": None,
+            "fabric_health_route_unhealthy": None, "fabric_health_access_timeout_recovery": None,
+            "fabric_health_incorrect_configuration": None, "nvlink_present": None,
             "nvlink_all_inactive": None, "nvlink_links_total": None, "nvlink_links_up": None, "nvlink_links": None,
             "nvlink_counters": None, "nvlink_crc_errors_total": None, "nvlink_replay_errors_total": None,
             "nvlink_recovery_errors_total": None, "evidence": []}
@@ -309,9 +315,8 @@ def _apply_fabric(entries, parsed):
             continue
         fabric = q_fabric(block["entries"])
         gpu.update({"fabric_state": fabric["state"], "fabric_status": fabric["status"],
-                    "fabric_clique_id": fabric["clique_id"], "fabric_cluster_uuid": fabric["cluster_uuid"],
-                    "fabric_health_summary": fabric["health_summary"],
-                    "fabric_health_bandwidth": fabric["health_bandwidth"]})
+                    "fabric_clique_id": fabric["clique_id"], "fabric_cluster_uuid": fabric["cluster_uuid"]})
+        gpu.update(("fabric_" + row, fabric[row]) for row in FABRIC_HEALTH)
         if fabric["raw"]:
             gpu["evidence"].append("Fabric: " + ", ".join("%s=%s" % kv for kv in sorted(fabric["raw"].items())))
 

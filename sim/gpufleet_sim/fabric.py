@@ -3,9 +3,11 @@
 Scenario keys (all optional; an NVSwitch model gets a healthy fabric by default):
   fabric_manager: {installed (true), version (the driver's), active (true), enabled (true), package,
                    nscq_version (the fabric manager's), service ("nvidia-fabricmanager")}
-  nvlink: {nvswitch (the model's), gpus: {"<index>": {down: [links], all_inactive: bool,
-           slow: {"<link>": GB/s}, counters: {"<link>": {crc_base, replay_base, recovery_base, crc_per_load_hour,
-           replay_per_load_hour, recovery_per_load_hour}}}}}
+  nvlink: {nvswitch (the model's), fabric_health_rows ("bandwidth": the Health block of older drivers, Bandwidth
+           alone; "full": current drivers' Summary, Bandwidth and condition rows), gpus: {"<index>": {down: [links],
+           all_inactive: bool, slow: {"<link>": GB/s}, counters: {"<link>": {crc_base, replay_base, recovery_base,
+           crc_per_load_hour, replay_per_load_hour, recovery_per_load_hour}}, fabric_health: {"<row label>": value}
+           (e.g. {"Summary": "Unhealthy", "Route Unhealthy": "True"}: the rows nvidia-smi -q prints)}}}
 What follows from them, as on a real HGX: with the fabric manager missing, stopped, or at another version than the
 driver, no GPU registers with the fabric (nvidia-smi -q Fabric State "In Progress"), every NVLink stays untrained
 (<inactive>), the topology matrix shows PCIe paths, and CUDA fails with error 802 "system not yet initialized"
@@ -110,6 +112,22 @@ def fabric_state(node, gpu):
     if ready(node):
         return "Completed", "Success"
     return "In Progress", "N/A"
+
+
+# nvidia-smi -q Fabric > Health of a registered, healthy GPU on current drivers (NVML healthSummary and healthMask).
+HEALTHY_ROWS = (("Summary", "Healthy"), ("Bandwidth", "Full"), ("Route Recovery in progress", "False"),
+                ("Route Unhealthy", "False"), ("Access Timeout Recovery", "False"), ("Incorrect Configuration", "None"))
+
+
+def fabric_health(node, gpu, state):
+    """[(label, value)] of the -q Fabric > Health rows: Bandwidth alone unless the scenario asks for the full block
+    (or sets a GPU's rows); N/A before the GPU is registered."""
+    cfg = node.scen.get("nvlink") or {}
+    overrides = _gpu_cfg(node, gpu).get("fabric_health") or {}
+    rows = HEALTHY_ROWS if cfg.get("fabric_health_rows") == "full" or overrides else HEALTHY_ROWS[1:2]
+    if state != "Completed":
+        return [(label, "N/A") for label, _v in rows]
+    return [(label, overrides.get(label, value)) for label, value in rows]
 
 
 def write_platform(node):

@@ -117,6 +117,47 @@ def test_a_gpu_that_did_not_register_while_the_fabric_manager_runs():
     assert "journalctl -u nvidia-fabricmanager" in f["action"]
 
 
+HEALTHY = {"fabric_health_summary": "Healthy", "fabric_health_bandwidth": "Full",
+           "fabric_health_route_recovery": "False", "fabric_health_route_unhealthy": "False",
+           "fabric_health_access_timeout_recovery": "False", "fabric_health_incorrect_configuration": "None"}
+
+
+def test_a_registered_gpu_whose_fabric_health_is_unhealthy_fails():
+    """State Completed and Status Success, but the driver's fabric health says Unhealthy (a route is unhealthy):
+    the GPU is on the fabric and still cannot be trusted with NVLink traffic."""
+    read = hgx()
+    for gpu in read["gpus"]:
+        gpu.update(HEALTHY)
+    read["gpus"][5].update({"fabric_health_summary": "Unhealthy", "fabric_health_route_unhealthy": "True"})
+    found = judge(read)
+    assert codes(found) == [("FABRIC_HEALTH_UNHEALTHY", 5)]
+    f = found[0]
+    assert f["severity"] == "fail" and f["pci"] == "0000:1d:00"
+    assert "fabric health is Unhealthy" in f["message"] and "route unhealthy" in f["message"]
+    assert "Summary=Unhealthy" in " ".join(f["evidence"]) and "nvidia-smi nvlink" in f["action"]
+
+
+def test_fabric_health_of_older_drivers_summary_only_and_a_degraded_bandwidth():
+    read = hgx()
+    read["gpus"][0].update({"fabric_health_summary": "Unhealthy", "fabric_health_bandwidth": "Full"})
+    read["gpus"][3].update(dict(HEALTHY, fabric_health_summary="Limited Capacity",
+                                fabric_health_bandwidth="Degraded"))
+    read["gpus"][4].update(dict(HEALTHY, fabric_health_summary="Unhealthy", fabric_health_route_recovery="True"))
+    read["gpus"][6].update(dict(HEALTHY, fabric_health_summary=None,
+                                fabric_health_incorrect_configuration="Insufficient Nvlinks"))
+    found = judge(read)
+    assert codes(found) == [("FABRIC_HEALTH_UNHEALTHY", 0), ("FABRIC_BANDWIDTH_DEGRADED", 3),
+                            ("FABRIC_HEALTH_UNHEALTHY", 4), ("FABRIC_HEALTH_UNHEALTHY", 6)]
+    assert "rerun" in found[2]["action"] and "route recovery in progress" in found[2]["message"]
+    assert "incorrect configuration Insufficient Nvlinks" in found[3]["message"]
+    assert "Limited Capacity" in found[1]["message"]
+    # A GPU that did not register at all is said once, as not registered: its health is evidence of that.
+    read = hgx()
+    read["gpus"][2].update({"fabric_status": "Insufficient Resources", "fabric_health_summary": "Unhealthy",
+                            "fabric_health_bandwidth": "Degraded"})
+    assert codes(judge(read)) == [("FABRIC_STATE_INCOMPLETE", 2)]
+
+
 def test_fabric_manager_state_unreadable_is_an_error_not_a_pass():
     read = hgx(fm_installed=False, active=None)
     read["fabric_manager"].update(load_state=None, errors=["systemctl not found: the service state is unknown"])

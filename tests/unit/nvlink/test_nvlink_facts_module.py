@@ -55,6 +55,17 @@ def test_a_healthy_hgx(tmp_path):
     assert judge_nvlink.judge(facts, DEFAULTS, "node01") == []
 
 
+def test_a_registered_gpu_with_an_unhealthy_fabric(tmp_path):
+    """Every GPU Completed with Success, GPU 5's fabric health Unhealthy (route unhealthy): read and judged."""
+    facts, _ = read(tmp_path, "hgx_fabric_unhealthy")
+    gpu5 = facts["gpus"][5]
+    assert (gpu5["fabric_state"], gpu5["fabric_status"], gpu5["fabric_health_summary"],
+            gpu5["fabric_health_route_unhealthy"]) == ("completed", "Success", "Unhealthy", "True")
+    assert facts["gpus"][0]["fabric_health_summary"] == "Healthy"
+    found = judge_nvlink.judge(facts, DEFAULTS, "node01")
+    assert [(f["code"], f["gpu"]) for f in found] == [("FABRIC_HEALTH_UNHEALTHY", 5)]
+
+
 def test_fabric_manager_stopped(tmp_path):
     facts, _ = read(tmp_path, "hgx_fabric_manager_stopped")
     assert facts["fabric_manager"]["active_state"] == "inactive"
