@@ -27,7 +27,8 @@ CODES = {
     "FABRIC_MANAGER_NOT_ENABLED": ("warn", "the fabric manager runs but is not enabled: it will not start after a "
                                            "reboot"),
     "FABRIC_MANAGER_VERSION_MISMATCH": ("fail", "the fabric manager's version differs from the driver's (it exits at "
-                                                "start); the versions and the package to install shown"),
+                                                "start), from its package or its own journal; the versions and the "
+                                                "package to install shown"),
     "FABRIC_NSCQ_VERSION_MISMATCH": ("warn", "libnvidia-nscq differs from the driver's version: DCGM cannot read the "
                                              "NVSwitches"),
     "FABRIC_MANAGER_UNREADABLE": ("error", "the fabric manager's service or package state could not be read"),
@@ -84,6 +85,7 @@ def _evidence(gpu, extra=()):
 
 def _fm_findings(result, host):
     fm = result.get("fabric_manager")
+    result_nvlink5 = bool((result.get("platform") or {}).get("nvlink5"))
     if not isinstance(fm, dict):
         return [], None
     driver = result.get("driver_version")
@@ -109,27 +111,56 @@ def _fm_findings(result, host):
                            "initialized)" % (host, unit), install, evidence))
         return out, "missing"
     verdict = "active" if fm.get("active_state") == "active" else "stopped"
+    # Its own journal says why it exited (only while it is not running: an older line was fixed since).
+    logged = [e for e in (fm.get("journal") or {}).get("events") or [] if isinstance(e, dict)] \
+        if verdict == "stopped" else []
+    logged_mismatch = next((e for e in reversed(logged) if e.get("kind") == "driver_version_mismatch"), None)
     fm_version = fm.get("upstream_version") or upstream_version(fm.get("version"))
     if installed and driver and fm_version and fm_version != driver:
         out.append(finding("fail", "FABRIC_MANAGER_VERSION_MISMATCH", "%s: fabric manager %s %s does not match the "
                            "driver %s (the fabric manager refuses to run with another driver version)" % (
                                host, fm.get("package"), fm_version, driver),
                            "%s: %s=%s-*, then systemctl restart %s (or bring the driver back to %s)" % (
-                               install, fm.get("package"), driver, unit, fm_version), evidence))
+                               install, fm.get("package"), driver, unit, fm_version),
+                           evidence + ([logged_mismatch["line"]] if logged_mismatch else [])))
         verdict = "mismatch"
+    elif logged_mismatch:
+        wanted = logged_mismatch.get("driver_version") or driver
+        out.append(finding("fail", "FABRIC_MANAGER_VERSION_MISMATCH", "%s: the fabric manager exited at start: its "
+                           "driver interface version %s does not match the driver %s (its journal says so)" % (
+                               host, logged_mismatch.get("fabric_manager_version"), wanted),
+                           "install the fabric manager at exactly the driver's version %s (kentino.gpufleet."
+                           "fabric_manager, or the fabric manager package or container of driver %s), then systemctl "
+                           "restart %s; or bring the driver back to %s" % (
+                               wanted, wanted, unit, logged_mismatch.get("fabric_manager_version")),
+                           [logged_mismatch["line"]] + evidence))
+        verdict = "mismatch"
+    nothing_to_do = next((e for e in reversed(logged) if e.get("kind") == "no_nvswitch"), None)
     nscq = upstream_version(fm.get("nscq_version"))
     if driver and nscq and nscq != driver:
         out.append(finding("warn", "FABRIC_NSCQ_VERSION_MISMATCH", "%s: %s %s does not match the driver %s: DCGM "
                            "cannot monitor the NVSwitches" % (host, fm.get("nscq_package"), nscq, driver),
                            "install %s=%s-* (kentino.gpufleet.fabric_manager installs it with the fabric manager)" % (
                                fm.get("nscq_package"), driver), evidence))
-    if fm.get("active_state") != "active":
+    if fm.get("active_state") != "active" and nothing_to_do:
+        out.append(finding("fail", "FABRIC_MANAGER_STOPPED", "%s: the fabric manager (%s) is %s/%s: it found no "
+                           "NVSwitch to manage (NV_WARN_NOTHING_TO_DO) on a machine that has them, so the GPUs cannot "
+                           "register with the NVLink fabric and CUDA fails with error 802" % (
+                               host, unit, fm.get("active_state"), fm.get("sub_state")),
+                           "%s, then systemctl restart %s on %s" % (
+                               "install and start NVLSM (nvlsm, with infiniband-diags; kentino.gpufleet.fabric_manager "
+                               "does on NVLink 5 machines): the NVSwitches are managed through it"
+                               if result_nvlink5 else "check that the NVSwitch driver lists the switches "
+                               "(/proc/driver/nvidia-nvswitch/devices; lspci -d 10de: shows them) and that its "
+                               "version is the driver's", unit, host),
+                           [nothing_to_do["line"]] + evidence))
+    elif fm.get("active_state") != "active":
         out.append(finding("fail", "FABRIC_MANAGER_STOPPED", "%s: the fabric manager (%s) is %s/%s: the GPUs cannot "
                            "register with the NVLink fabric and CUDA fails with error 802" % (
                                host, unit, fm.get("active_state"), fm.get("sub_state")),
                            "systemctl enable --now %s on %s; if it exits again, journalctl -u %s says why (a version "
                            "other than the driver's; on NVLink 5 machines NVLSM missing)" % (unit, host, unit),
-                           evidence))
+                           evidence + [e["line"] for e in logged[-2:]]))
     elif fm.get("unit_file_state") not in (None, "enabled", "static", "enabled-runtime", "alias"):
         out.append(finding("warn", "FABRIC_MANAGER_NOT_ENABLED", "%s: %s runs but is %s: after a reboot the GPUs stay "
                            "unregistered" % (host, unit, fm.get("unit_file_state")),

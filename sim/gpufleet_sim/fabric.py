@@ -47,11 +47,41 @@ def fabric_manager(node):
         "version": version,
         "nscq_package": _branch_package(cfg.get("nscq_version", version), "libnvidia-nscq"),
         "nscq_version": cfg.get("nscq_version", version),
-        # The real daemon refuses to run with another driver version: it exits at start.
-        "active": bool(cfg.get("active", True)) and version == driver,
+        # The real daemon refuses to run with another driver version, or without an NVSwitch to manage: it exits at
+        # start.
+        "active": bool(cfg.get("active", True)) and version == driver and nvswitch(node),
         "enabled": bool(cfg.get("enabled", True)),
         "mismatch": version != driver,
+        "nothing_to_do": version == driver and not nvswitch(node),
     }
+
+
+def fm_journal(node):
+    """[(seconds after boot, identifier, priority, message)] of the fabric manager's unit in this boot, as the daemon
+    and systemd write them (the start-up lines the collection reads: NVIDIA's wording, quoted in public reports)."""
+    fm = fabric_manager(node)
+    if fm is None:
+        return []
+    unit = fm["service"] + ".service"
+    out = [(20.0, "systemd", 6, "Starting NVIDIA fabric manager service...")]
+    failed = [(20.6, "systemd", 5, "%s: Control process exited, code=exited, status=1/FAILURE" % unit),
+              (20.6, "systemd", 4, "%s: Failed with result 'exit-code'." % unit),
+              (20.7, "systemd", 3, "Failed to start NVIDIA fabric manager service.")]
+    if fm["mismatch"]:
+        out.append((20.5, "nv-fabricmanager", 3, "fabric manager NVIDIA GPU driver interface version %s don't match "
+                    "with driver version %s. Please update with matching NVIDIA driver package." % (
+                        fm["version"], node.scen["driver"]["version"])))
+        return out + failed
+    if fm["nothing_to_do"]:
+        out.append((20.5, "nv-fabricmanager", 3, "request to query NVSwitch device information from NVSwitch driver "
+                    "failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]"))
+        return out + failed
+    if not fm["active"]:  # stopped by an operator (or never started: disabled)
+        return out + [(21.0, "systemd", 6, "Started NVIDIA fabric manager service."),
+                      (3600.0, "systemd", 6, "Stopping NVIDIA fabric manager service..."),
+                      (3601.0, "systemd", 6, "%s: Deactivated successfully." % unit),
+                      (3601.0, "systemd", 6, "Stopped NVIDIA fabric manager service.")]
+    return out + [(21.0, "systemd", 6, "Started NVIDIA fabric manager service.")]
 
 
 def ready(node):

@@ -158,6 +158,58 @@ def test_fabric_health_of_older_drivers_summary_only_and_a_degraded_bandwidth():
     assert codes(judge(read)) == [("FABRIC_STATE_INCOMPLETE", 2)]
 
 
+MISMATCH_LINE = ("fabric manager NVIDIA GPU driver interface version 570.148.08 don't match with driver version "
+                 "570.172.08. Please update with matching NVIDIA driver package.")
+NOTHING_TO_DO_LINE = ("request to query NVSwitch device information from NVSwitch driver failed with error:WARNING "
+                      "Nothing to do [NV_WARN_NOTHING_TO_DO]")
+
+
+def journal(*events):
+    return {"read": True, "error": None, "lines": 5, "events": list(events)}
+
+
+def test_the_fabric_managers_journal_names_a_version_mismatch_the_packages_do_not_show():
+    """A fabric manager that is no dpkg package (an RPM machine, a driver container): its own journal line says it
+    exited for a version mismatch, with both versions, and the fix follows from them exactly."""
+    read = hgx(active="failed", fabric=("in_progress", None))
+    fm = read["fabric_manager"]
+    fm.update({"package": None, "version": None, "upstream_version": None, "nscq_package": None, "nscq_version": None,
+               "errors": ["dpkg-query not found: the installed package versions are unknown"],
+               "journal": journal({"kind": "driver_version_mismatch", "fabric_manager_version": "570.148.08",
+                                   "driver_version": DRIVER, "line": MISMATCH_LINE, "at": 1000.0})})
+    found = judge(read)
+    mismatch = only(found, "FABRIC_MANAGER_VERSION_MISMATCH")
+    assert "570.148.08" in mismatch["message"] and "570.172.08" in mismatch["message"]
+    assert "at exactly the driver's version 570.172.08" in mismatch["action"]
+    assert MISMATCH_LINE in mismatch["evidence"]
+    assert only(found, "FABRIC_MANAGER_STOPPED") and not [f for f in found if f["code"] == "FABRIC_MANAGER_MISSING"]
+
+
+def test_a_mismatch_the_fabric_manager_logged_before_it_was_fixed_is_no_finding():
+    read = hgx()  # active now, at the driver's version: the journal's older mismatch line is history
+    read["fabric_manager"]["journal"] = journal({"kind": "driver_version_mismatch", "fabric_manager_version":
+                                                 "570.148.08", "driver_version": DRIVER, "line": MISMATCH_LINE,
+                                                 "at": 900.0})
+    assert judge(read) == []
+
+
+def test_nothing_to_do_on_a_machine_without_nvswitches_is_not_a_fault():
+    """An NVLink-bridge (or direct NVLink) machine with the fabric manager installed: it exits with
+    NV_WARN_NOTHING_TO_DO because there is no NVSwitch to manage, which is right."""
+    read = hgx(nvswitch=False, active="failed")
+    read["fabric_manager"]["journal"] = journal({"kind": "no_nvswitch", "line": NOTHING_TO_DO_LINE, "at": 1.0})
+    assert judge(read) == []
+
+
+def test_nothing_to_do_on_an_nvswitch_machine_says_why_the_fabric_manager_stopped():
+    read = hgx(active="failed", fabric=("in_progress", None))
+    read["platform"].update({"nvlink5": True, "generation": "nvlink5"})
+    read["fabric_manager"]["journal"] = journal({"kind": "no_nvswitch", "line": NOTHING_TO_DO_LINE, "at": 1.0})
+    stopped = only(judge(read), "FABRIC_MANAGER_STOPPED")
+    assert "NV_WARN_NOTHING_TO_DO" in stopped["message"] and "NVLSM" in stopped["action"]
+    assert NOTHING_TO_DO_LINE in stopped["evidence"]
+
+
 def test_fabric_manager_state_unreadable_is_an_error_not_a_pass():
     read = hgx(fm_installed=False, active=None)
     read["fabric_manager"].update(load_state=None, errors=["systemctl not found: the service state is unknown"])
