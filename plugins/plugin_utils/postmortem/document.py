@@ -110,7 +110,8 @@ def build(result, run_id, created=None):
                     "timeouts": result["logs"].get("timeouts") or 0},
         "ranks": rows, "hardware": _issues(result), "flight": flight,
         "logs": {k: result["logs"][k] for k in ("culprit", "silent_ranks", "ranks_reporting", "timeouts",
-                                                 "timed_out_seqs", "ops", "heartbeat_kills", "desync", "backends")}
+                                                 "timed_out_seqs", "ops", "heartbeat_kills", "desync", "backends",
+                                                 "named")}
         | {"counts": result["merged_counts"], "evidence": result["log_evidence"]},
         "hosts": [{"host": h, "evidence": h in result["hosts_ok"], "reason": result["hosts_without_evidence"].get(h),
                    "errors": list(result["errors"].get(h) or []), "clock_skew_s": result["clock"].get(h)}
