@@ -137,7 +137,9 @@ def decide(cands, hw, window, unreachable=(), have_dumps=False):
         verdict.update({"kind": "software", "confidence": "high" if frames and not tie else "medium"})
         at = frames[0] if frames else "the collective call of %s (no dump frames: enable the flight recorder)" % \
             _rank_text(lead)
-        verdict["message"] = "no hardware evidence: mismatched collective in your code at %s; %s" % (at, reasons[0])
+        said = next((r for b, r in zip(lead["bases"], lead["reasons"], strict=True) if b in MISMATCH_BASES),
+                    reasons[0])
+        verdict["message"] = "no hardware evidence: mismatched collective in your code at %s; %s" % (at, said)
         verdict["action"] = ("fix the training code so that every rank calls the same collectives in the same order "
                              "(%s calls %s there); TORCH_DISTRIBUTED_DEBUG=DETAIL reports such a mismatch at the "
                              "call instead of a timeout" % (_rank_text(lead), lead.get("op") or "another collective"))
