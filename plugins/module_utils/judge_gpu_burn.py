@@ -4,8 +4,9 @@
 
 gpu-burn exits 0 with FAULTY GPUs, prints OK after "Couldn't init a GPU test", can print no progress at all, and its
 error counters can overflow negative. CUDA error 802 (its workers' or its own) is the NVLink fabric not ready, said
-alone: what follows from it (no progress, missing GPUs, a hang until the timeout) is its consequence. A GPU passes only if it was initialised, did work (proc'd > 0, Gflop/s > 0),
-had zero errors in every frame and was not reported FAULTY or DIED. Per-GPU findings carry nvidia-smi's index and
+alone: what follows from it (no progress, missing GPUs, a hang until the timeout) is its consequence. A GPU passes
+only if it was initialised, did work (proc'd > 0, Gflop/s > 0), had zero errors in every frame and was not reported
+FAULTY or DIED. Per-GPU findings carry nvidia-smi's index and
 PCI address (gpu_burn's own device numbers are mapped by the module, in PCI bus order).
 """
 

@@ -85,7 +85,7 @@ def _evidence(gpu, extra=()):
 
 def _fm_findings(result, host):
     fm = result.get("fabric_manager")
-    result_nvlink5 = bool((result.get("platform") or {}).get("nvlink5"))
+    nvlink5 = bool((result.get("platform") or {}).get("nvlink5"))
     if not isinstance(fm, dict):
         return [], None
     driver = result.get("driver_version")
@@ -150,7 +150,7 @@ def _fm_findings(result, host):
                            "%s, then systemctl restart %s on %s" % (
                                "install and start NVLSM (nvlsm, with infiniband-diags; kentino.gpufleet.fabric_manager "
                                "does on NVLink 5 machines): the NVSwitches are managed through it"
-                               if result_nvlink5 else "check that the NVSwitch driver lists the switches "
+                               if nvlink5 else "check that the NVSwitch driver lists the switches "
                                "(/proc/driver/nvidia-nvswitch/devices; lspci -d 10de: shows them) and that its "
                                "version is the driver's", unit, host),
                            [nothing_to_do["line"]] + evidence))
