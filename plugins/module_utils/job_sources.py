@@ -39,6 +39,16 @@ ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"
             "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
             "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")
 _RANK_SUFFIX = re.compile(r"^(\d{1,7})$")
+
+
+def _report_line(text):
+    """Whether a line can matter to the desync, RAS or analyzer readers: each of theirs has one of these words
+    (plain substring tests: a regex per line costs more than the readers themselves)."""
+    return ("ank" in text or "ollective" in text or "rocess" in text or "lagging" in text or "started" in text
+            or "finished" in text or "group info" in text or ") MISMATCH" in text or ") INCOMPLETE" in text
+            or ") ERROR" in text)
+
+
 # journalctl --grep (PCRE2, systemd >= 237): the lines the parsers can use, including the elastic summary block and
 # torch's desync report.
 JOURNAL_GREP = (r"atchdog|WorkNCCL|Timed out waiting|last enqueued|terminate called|what\(\)|exitcode|Failures:|"
@@ -86,8 +96,9 @@ def parse_job_lines(lines, world_size=None, since=None, until=None, reference=No
     def tee():
         for item in lines:
             text, when = item if isinstance(item, tuple) else (item, None)
-            for _key, reader in readers:
-                reader.feed(text, when)
+            if _report_line(text):  # the rest of a long log (loss prints, progress bars) skips the readers
+                for _key, reader in readers:
+                    reader.feed(text, when)
             yield item
 
     parsed = parse_torch_lines(tee(), world_size=world_size, since=since, until=until, reference=reference)
