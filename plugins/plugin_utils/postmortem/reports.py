@@ -3,7 +3,7 @@
 """The ranks that torch's desync report, NCCL's RAS status and torch's flight-recorder analyzer name (pure, stdlib only).
 
 The nodes parse them (module_utils/torch_desync_report, nccl_ras, torch_fr_analysis, through job_sources); here each
-becomes {rank, basis, reason, evidence} for verdict.candidates:
+becomes {rank, basis, reason, host} for verdict.candidates (the reason quotes what the report says):
   desync_report  torch's own store-based analysis: the ranks at the lowest collective (never joined any, joined but
                  did not finish, finished but did not join the next); ignored when it names every rank it saw
   ras_behind     a communicator's ranks at the lowest launched-operation count, when they are the fewer (RAS samples
@@ -28,9 +28,8 @@ def _desync(report, host):
     seen = set(report.get("snapshot_ranks") or [])
     who = "torch's desync report (rank %s's watchdog, %s #%s, on %s)" % (
         report.get("reporter"), report.get("collective") or "collective", report.get("seq"), host)
-    evidence = list(report.get("lines") or [])[:6]
     for rank in report.get("missing") or []:
-        out.append({"rank": rank, "basis": "desync_report", "evidence": evidence,
+        out.append({"rank": rank, "basis": "desync_report",
                     "reason": "%s: rank %d never joined any collective of the process group" % (who, rank)})
     for lag in report.get("lagging") or []:
         ranks = [r for r in lag.get("ranks") or [] if isinstance(r, int)]
@@ -42,12 +41,12 @@ def _desync(report, host):
                     lag.get("seq"), lag.get("next_seq"))
             else:
                 what = "joined collective #%s but never finished it, while the others went on" % lag.get("seq")
-            out.append({"rank": rank, "basis": "desync_report", "evidence": evidence,
+            out.append({"rank": rank, "basis": "desync_report",
                         "reason": "%s: rank %d %s" % (who, rank, what)})
     return out
 
 
-def _ras(comm, host):
+def _ras(comm, host, dead_pids):
     out = []
     label = "NCCL RAS (communicator %s %s, read on %s)" % (comm.get("id"), comm.get("hash"), host)
     for counts in comm.get("op_counts") or []:
@@ -60,21 +59,18 @@ def _ras(comm, host):
         if low["ranks_total"] >= sum(g["ranks_total"] for g in others):
             continue  # the majority is behind: the few ahead ran something else, no rank is singled out here
         for item in low.get("ranks") or []:
-            out.append({"rank": item["rank"], "basis": "ras_behind", "evidence": [],
+            out.append({"rank": item["rank"], "basis": "ras_behind",
                         "reason": "%s: rank %d%s has launched up to %s operation %d while %d ranks are at %d" % (
                             label, item["rank"], _where(item), counts.get("op"), low["operation"],
                             ahead["ranks_total"], ahead["operation"])})
     if comm.get("kind") == "INCOMPLETE":
         for item in comm.get("ranks") or []:
-            out.append({"rank": item["rank"], "basis": "ras_missing", "evidence": [],
-                        "reason": "%s: rank %d%s sent no communicator data: its process is dead or unreachable" % (
-                            label, item["rank"], _where(item))})
+            dead = item.get("pid") in dead_pids
+            out.append({"rank": item["rank"], "basis": "ras_missing",
+                        "reason": "%s: rank %d%s sent no communicator data: its process is %s" % (
+                            label, item["rank"], _where(item), "considered dead (unreachable via the RAS network)"
+                            if dead else "dead or unreachable")})
     return out
-
-
-def _dead_text(ras):
-    return ["NCCL RAS: process %s on node %s managing GPU %s is considered dead (unreachable via the RAS network)"
-            % (p.get("pid"), p.get("node"), p.get("gpus")) for p in ras.get("dead") or []]
 
 
 def _fr(block, host):
@@ -83,28 +79,26 @@ def _fr(block, host):
                                            block.get("pg") or "?")
     label = "torch's flight-recorder analyzer (read on %s)" % host
     for rank in block.get("missing") or []:
-        out.append({"rank": rank, "basis": "fr_missing", "evidence": [block.get("line")],
+        out.append({"rank": rank, "basis": "fr_missing",
                     "reason": "%s: rank %d never joined %s (state %s)" % (label, rank, what,
                                                                           block.get("state") or "unknown")})
     for culprit in block.get("culprits") or []:
-        out.append({"rank": culprit["rank"], "basis": "fr_mismatch", "evidence": [block.get("line")],
+        out.append({"rank": culprit["rank"], "basis": "fr_mismatch",
                     "reason": "%s: rank %d is the culprit of %s: %s" % (label, culprit["rank"], what,
                                                                         culprit.get("detail"))})
     return out
 
 
 def named(merged):
-    """[{rank, basis, reason, evidence, host}] from every node's reports, in the order read (rank duplicates kept:
+    """[{rank, basis, reason, host}] from every node's reports, in the order read (rank duplicates kept:
     verdict.candidates merges them by rank)."""
     out = []
     for report in merged.get("desync_reports") or []:
         out += [dict(n, host=report["host"]) for n in _desync(report, report["host"])]
     for ras in merged.get("ras") or []:
-        dead = _dead_text(ras)
+        dead_pids = {p.get("pid") for p in ras.get("dead") or []}
         for comm in ras.get("communicators") or []:
-            for n in _ras(comm, ras["host"]):
-                n["evidence"] = dead + n["evidence"] if n["basis"] == "ras_missing" else n["evidence"]
-                out.append(dict(n, host=ras["host"]))
+            out += [dict(n, host=ras["host"]) for n in _ras(comm, ras["host"], dead_pids)]
     for block in merged.get("fr_analysis") or []:
         out += [dict(n, host=block["host"]) for n in _fr(block, block["host"])]
     return out
