@@ -8,7 +8,8 @@ of one node. Counters grow like a fleet's: most GPUs flat, some leaking; a few X
     .venv/bin/python bench/history_scale.py [--nodes 1000] [--gpus 8] [--days 365]
 
 Prints insert and query times and the file size; last line
-`history_scale gpu_trend_ms=<median> insert_s=<total> size_mb=<size>` (goal: gpu_trend_ms < 50).
+`history_scale gpu_trend_ms=<median> insert_s=<total> size_mb=<size> open_ms=<median>` (goal: gpu_trend_ms < 50;
+open_ms is the integrity check every open makes).
 """
 
 import argparse
@@ -101,6 +102,8 @@ def main(argv=None):
     print("insert: %d GPU rows in %.1f s (%.0f rows/s); one night %.2f s median, %.2f s max" % (
         written, insert_s, written / insert_s, statistics.median(nights), max(nights)))
     host, gpu_index = "gpu-node-%04d" % sorted(leaking)[0][0], sorted(leaking)[0][1]
+    # Every open reads the whole file once (PRAGMA quick_check): a damaged history is refused before it is used.
+    open_ms, open_max, _ = timed(lambda: History(path, readonly=True).close(), 3)
     with History(path, readonly=True) as history:
         def gpu_trend():
             (gpu,) = history.gpus_of(host, index=gpu_index)
@@ -125,13 +128,16 @@ def main(argv=None):
         window_ms, window_max))
     print("query: fleet summary (%d nodes): %.0f ms median, %.0f ms max" % (len(summary), summary_ms, summary_max))
     print("export: one node's year as CSV: %.0f ms" % export_ms)
+    print("open: quick_check of the whole file: %.0f ms median, %.0f ms max (%.0f MB/s)" % (
+        open_ms, open_max, size_mb / (open_ms / 1000.0)))
     print("file: %.1f MB (%.0f bytes per GPU reading)" % (size_mb, size_mb * 1e6 / written))
     print("goal: one GPU's trend < %.0f ms (%s)" % (GOAL_MS, "met" if trend_ms < GOAL_MS else "NOT met"))
     if not args.dir:
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
-    print("history_scale gpu_trend_ms=%.1f insert_s=%.1f size_mb=%.1f" % (trend_ms, insert_s, size_mb))
+    print("history_scale gpu_trend_ms=%.1f insert_s=%.1f size_mb=%.1f open_ms=%.0f" % (trend_ms, insert_s, size_mb,
+                                                                                   open_ms))
     return 0
 
 

@@ -4,7 +4,10 @@ Exit codes (every subcommand that judges a fleet):
     0  every node passed (warnings too, unless --fail-on-warn)
     1  the worst node is warn and --fail-on-warn was given
     2  a node failed, could not be checked (error) or dropped out (unreachable)
-    3  the run could not run or left no report (a refused inventory, no nodes, a crash)
+    3  the run could not run or left no report (a refused inventory, no nodes, a crash); for history and handover:
+       no usable history (missing, damaged, not ours)
+    4  the nodes passed (as 0 or 1 would say) but the run is not recorded in the history (report.json's
+       history.error: a damaged file, a read-only mount, no permission); 2 and 3 take precedence
 Everything here is also plain ansible-playbook: `gpufleet audit -i INV -l node01` runs
 `ansible-playbook kentino.gpufleet.audit -i INV -l node01,localhost` with the collection's ansible.cfg.
 """
@@ -16,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2, 3
+EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN, EXIT_NOT_RECORDED = 0, 1, 2, 3, 4
 RUN_COMMANDS = {"burn-in": "burn_in", "preflight": "preflight", "audit": "audit", "provision": "provision"}
 BAD = ("fail", "error", "unreachable")
 SPARK = "▁▂▃▄▅▆▇█"
@@ -29,6 +32,8 @@ def exit_code(report, fail_on_warn=False):
         return EXIT_NOT_RUN
     if any(v in BAD for v in verdicts):
         return EXIT_FAIL
+    if (report.get("history") or {}).get("error"):
+        return EXIT_NOT_RECORDED
     if fail_on_warn and "warn" in verdicts:
         return EXIT_WARN
     return EXIT_PASS
@@ -91,9 +96,6 @@ def cmd_play(args, repo, show_report):
             playbook, result.status, result.rc, report_dir / ".runner"))
         return EXIT_NOT_RUN
     show_report(latest, console)
-    history = report.get("history") or {}
-    if history.get("error"):
-        console.print("[yellow]history:[/] %s" % history["error"], markup=True, highlight=False)
     return exit_code(report, args.fail_on_warn)
 
 

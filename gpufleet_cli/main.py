@@ -13,8 +13,9 @@
 `run` is `ansible-playbook` with the collection's configuration (ansible.cfg of this checkout), its events kept by
 ansible-runner under the report directory, and the report table printed at the end. The exit code is the playbook's:
 0 when the gate passed, non-zero when a node failed (gpufleet_fail_on) or could not be reached.
-burn-in, preflight, audit and provision exit 0 pass, 1 warn (with --fail-on-warn), 2 fail, 3 could not run
-(gpufleet_cli/commands.py); so do history and handover (2: a node failing or stale, 3: no usable history).
+burn-in, preflight, audit and provision exit 0 pass, 1 warn (with --fail-on-warn), 2 fail, 3 could not run, 4 passed
+but not recorded in the history (gpufleet_cli/commands.py); so do history and handover (2: a node failing or stale,
+3: no usable history: missing, damaged or not ours).
 """
 
 import argparse
@@ -87,6 +88,14 @@ def show_report(path, console=None):
     else:
         console.print("Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"]))
                                                   if gate["failed"] else "passed"), markup=False)
+    from gpufleet_cli.commands import use_collection
+
+    use_collection()
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.render_md import history_line
+
+    history = history_line(report)
+    if history:
+        console.print(history, style="bold magenta", markup=False, highlight=False)
     console.print("Run: started %s, finished %s" % (_utc(report.get("started")), _utc(report.get("finished"))),
                   markup=False)
     console.print("HTML report: %s" % (path.parent / "report.html"), markup=False)

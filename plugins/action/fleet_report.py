@@ -101,9 +101,18 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(
                     "could not write the fleet report under %s: %s. The verdicts are not lost: %s\n%s" % (
                         report_dir, exc, fallback, render_md.summary_table(doc))) from exc
-            run_guard.release_lock(report_dir, doc["run_id"])
             history.record(doc)
-            if history.info["error"]:
+            if history.enabled and doc["history"]["error"] != history.info["error"]:
+                # Known only now: the report says it too (written again), not only this run's console.
+                doc["history"] = dict(history.info)
+                try:
+                    written = report.write_report(doc, report_dir, latest=args["latest_link"], inputs=data)
+                except (OSError, report.ReportError) as exc:
+                    self._display.warning("gpufleet history: the report could not be written again with the "
+                                          "history's error (%s)" % exc)
+                result["summary_md"] = render_md.summary_table(doc)
+            run_guard.release_lock(report_dir, doc["run_id"])
+            if history.failed:
                 self._display.warning("gpufleet history: %s (the report is written)" % history.info["error"])
             files = written["files"]
             result.update({
@@ -116,14 +125,17 @@ class ActionModule(ActionBase):
                 "latest": written["latest"],
             })
         result["history"] = history.info
+        result["history_failed"] = history.failed
         if args["show_summary"]:
             display.display("%s\nHTML report: %s" % (result["summary_md"], result.get("html_path") or
                                                      "not written (check mode)"))
-        if summary["gate"]["failed"]:
+        if summary["gate"]["failed"] or history.failed:
             # Short: the summary table (node, verdict, worst finding, action) is printed by show_summary.
-            result["msg"] = ("check mode, no files written; " if self._task.check_mode else "") + \
-                "gate fail_on=%s: %d of %d node(s) failed it: %s" % (
+            reasons = ["gate fail_on=%s: %d of %d node(s) failed it: %s" % (
                 fail_on, len(summary["gate"]["nodes"]), len(doc["nodes"]), ", ".join(summary["gate"]["nodes"]))
+                ] if summary["gate"]["failed"] else []
+            reasons += ["history: %s" % history.info["error"]] if history.failed else []
+            result["msg"] = ("check mode, no files written; " if self._task.check_mode else "") + "; ".join(reasons)
             # With fail_task false the playbook fails in a task of its own: a failed result is printed whole, and
             # summary_md with it, beside the summary already printed.
             result["failed"] = bool(args["fail_task"])

@@ -10,6 +10,12 @@ Shapes read:
   a tab/space indented "Summary at:   <date>" about every 10 %; the error counters restart after each summary
   Killing processes with SIGTERM (soft kill) / done / Tested 2 GPUs: / GPU 0: OK / GPU 1: FAULTY
   Couldn't init a GPU test: ..., Failure during compute: ..., No clients are alive!  Aborting
+  a worker killed by an uncaught exception (older gpu_burn, or an error outside its try blocks), printed by the C++
+  runtime: `terminate called after throwing an instance of 'std::runtime_error'` then `  what():  <message>`; an
+  uncaught std::string has no what() line (`... instance of 'std::string'`, or its C++11 ABI name)
+  checkError's message, in any of the lines above: `Error (gpu_burn-drv.cpp:298): system not yet initialized` or
+  `Error in <what> (gpu_burn-drv.cpp:112): <cuGetErrorString text>`, read into cuda_errors with the CUresult
+  (module_utils/cuda_errors.py): error 802 is the NVLink fabric not ready, not a faulty GPU
 
 Traps: exit code 0 with FAULTY GPUs; negative error counts (int overflow, or -1 added by a dying worker); "OK" after a
 failed init; no progress frames at all. A GPU passes only if initialised, did work, had zero errors in every frame and
@@ -29,6 +35,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.cuda_errors import driver_error
 
 _FRAME_START = re.compile(r"(\d{1,3}(?:\.\d+)?)%\s+proc'd:")
 _FRAME = re.compile(
@@ -61,8 +69,12 @@ _FAILURE_MARKERS = (
     ("cuda_failures", "No CUDA capable GPUs"),
     ("aborted", "No clients are alive"),
 )
+_TERMINATE = re.compile(r"^terminate called after throwing an instance of '(.+)'\s*$")
+_WHAT = re.compile(r"^what\(\):\s*(.*)$")
+_CHECK_ERROR = re.compile(r"\bError(?: in (?P<desc>.+?))? \((?P<where>[^()\s]+:\d+)\): (?P<error>.+?)\s*$")
 MAX_SAMPLES = 5
 MAX_SERIES_POINTS = 240
+MAX_DISTINCT = 10  # distinct CUDA errors and crash lines kept (a looping gpu_burn prints them thousands of times)
 
 
 class _Series:
@@ -165,7 +177,7 @@ def parse_gpu_burn(text):
         "compare_file": None, "burn_seconds": None, "frames": 0, "summaries": 0, "last_percent": None,
         "tested_gpus": None, "gpus": [], "init_failures": [], "compute_failures": [], "cuda_failures": [],
         "aborted": [], "finished": False, "unparsed": {"count": 0, "samples": []}, "problems": [],
-        "evidence": [], "init_lines_seen": False,
+        "evidence": [], "init_lines_seen": False, "cuda_errors": [], "terminated": [],
     }
     gpus = {}
     in_final = False
@@ -175,6 +187,28 @@ def parse_gpu_burn(text):
         if index not in gpus:
             gpus[index] = _new_gpu(index)
         return gpus[index]
+
+    def counted(key, item, match):
+        """Add item to out[key] once (the same error repeats per GPU and per loop), counting the repeats."""
+        for known in out[key]:
+            if all(known.get(k) == item.get(k) for k in match):
+                known["count"] += 1
+                return False
+        if len(out[key]) < MAX_DISTINCT:
+            out[key].append(dict(item, count=1))
+            out["evidence"].append(item["line"])
+        return True
+
+    def cuda_error(line):
+        """Read checkError's message in a line into cuda_errors; True when there was one."""
+        match = _CHECK_ERROR.search(line)
+        if not match:
+            return False
+        code, name = driver_error(match.group("error"))
+        counted("cuda_errors", {"error": match.group("error"), "code": code, "name": name,
+                                "where": match.group("where"), "context": match.group("desc"), "line": line},
+                ("error", "where", "context"))
+        return True
 
     def close_window():
         # Counters are cumulative inside a summary window and restart after it: count each window once, by its
@@ -250,10 +284,20 @@ def parse_gpu_burn(text):
             gpu(int(match.group(1)))["final"] = match.group(2)
             out["evidence"].append(stripped)
             continue
+        match = _TERMINATE.match(stripped)
+        if match:
+            counted("terminated", {"line": stripped}, ("line",))
+            continue
+        match = _WHAT.match(stripped)
+        if match:
+            if not cuda_error(stripped):
+                counted("terminated", {"line": stripped}, ("line",))
+            continue
         failure = [key for key, marker in _FAILURE_MARKERS if marker in stripped]
         if failure:
             out[failure[0]].append(stripped)
-            out["evidence"].append(stripped)
+            if not cuda_error(stripped):
+                out["evidence"].append(stripped)
             continue
         match = _COMPARE.search(stripped)
         if match:

@@ -2,8 +2,9 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """Where a training job left its evidence on a node (stdlib only: runs on the node, read-only).
 
-- log files (globs; plain or gzip) and systemd journal units, parsed line by line with torch_watchdog (one parser per
-  format), within an optional time window;
+- log files (globs; plain or gzip) and systemd journal units, parsed line by line, in one pass, by every parser of what
+  a hung job leaves (parse_job_lines: torch_watchdog, torch's desync report, NCCL's RAS status, torch's flight-recorder
+  analyzer output; one parser per format), within an optional time window;
 - flight-recorder dumps: files <prefix><rank>, returned as base64 bytes with a size limit. They are NEVER unpickled
   here: the controller reads them with a restricted unpickler;
 - the environment of live worker processes (a hung job is still running): only the rank and device variables, never
@@ -27,7 +28,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_source
     open_log,
     parse_since,
 )
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_ras import RasStatusReader
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool
+from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_desync_report import DesyncReportReader
+from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_fr_analysis import FrAnalysisReader
 from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import parse_torch_lines
 
 MAX_FILES = 256
@@ -35,8 +39,20 @@ ENV_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"
             "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
             "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")
 _RANK_SUFFIX = re.compile(r"^(\d{1,7})$")
-# journalctl --grep (PCRE2, systemd >= 237): the lines torch_watchdog can use, including the elastic summary block.
+
+
+def _report_line(text):
+    """Whether a line can matter to the desync, RAS or analyzer readers: each of theirs has one of these words
+    (plain substring tests: a regex per line costs more than the readers themselves)."""
+    return ("ank" in text or "ollective" in text or "rocess" in text or "lagging" in text or "started" in text
+            or "finished" in text or "group info" in text or ") MISMATCH" in text or ") INCOMPLETE" in text
+            or ") ERROR" in text)
+
+
+# journalctl --grep (PCRE2, systemd >= 237): the lines the parsers can use, including the elastic summary block and
+# torch's desync report.
 JOURNAL_GREP = (r"atchdog|WorkNCCL|Timed out waiting|last enqueued|terminate called|what\(\)|exitcode|Failures:|"
+                r"Timeout at collective|lagging|didn't (?:join|finish) collective|\] (?:started|finished) |"
                 r"Root Cause|Heartbeat|between collectives|\]:\[rank|^\s*\[\d+\]:\s*$|^\s*(time|host|rank|"
                 r"error_file|traceback)\s*:|^[=-]{10,}$|Error|Exception")
 
@@ -70,6 +86,27 @@ def _lines(fh, skip, limit):
         yield line
 
 
+def parse_job_lines(lines, world_size=None, since=None, until=None, reference=None):
+    """torch_watchdog's result for the lines (str, or (str, epoch seconds) pairs), plus what the other formats of a
+    hang say in the same stream: desync_reports (torch's TORCH_NCCL_DESYNC_DEBUG report), ras (`ncclras` output) and
+    fr_analysis (`torchfrtrace` output), e.g. from a file the operator saved beside the job's logs."""
+    readers = (("desync_reports", DesyncReportReader()), ("ras", RasStatusReader()),
+               ("fr_analysis", FrAnalysisReader()))
+
+    def tee():
+        for item in lines:
+            text, when = item if isinstance(item, tuple) else (item, None)
+            if _report_line(text):  # the rest of a long log (loss prints, progress bars) skips the readers
+                for _key, reader in readers:
+                    reader.feed(text, when)
+            yield item
+
+    parsed = parse_torch_lines(tee(), world_size=world_size, since=since, until=until, reference=reference)
+    for key, reader in readers:
+        parsed[key] = reader.result()
+    return parsed
+
+
 def read_log_file(path, since=None, until=None, max_bytes=2 * 1024 ** 3, world_size=None):
     """One log file parsed by torch_watchdog. Never raises: problems are in `error` and `notes`."""
     out = {"source": "file", "path": path, "unit": None, "bytes": None, "mtime": None, "notes": [], "error": None,
@@ -82,8 +119,8 @@ def read_log_file(path, since=None, until=None, max_bytes=2 * 1024 ** 3, world_s
             if st.st_size > max_bytes and not isinstance(fh, gzip.GzipFile):
                 skip = st.st_size - max_bytes  # the end of the log is where the job died
                 out["notes"].append("%s is %d bytes: only its last %d bytes were read" % (path, st.st_size, max_bytes))
-            out["parsed"] = parse_torch_lines(_lines(fh, skip, max_bytes), world_size=world_size, since=since,
-                                              until=until, reference=st.st_mtime)
+            out["parsed"] = parse_job_lines(_lines(fh, skip, max_bytes), world_size=world_size, since=since,
+                                            until=until, reference=st.st_mtime)
     except (IOError, OSError, EOFError) as exc:
         out["error"] = ("cannot read %s: %s. Fix: check the path and the permissions (become: true when the job ran "
                         "as another user)" % (path, getattr(exc, "strerror", None) or exc))
@@ -123,7 +160,7 @@ def read_journal_unit(exe, unit, since, until, timeout, world_size=None):
                 for part in message.splitlines() or [message]:
                     yield (part, when)
 
-    out["parsed"] = parse_torch_lines(lines(), world_size=world_size, since=since, until=until)
+    out["parsed"] = parse_job_lines(lines(), world_size=world_size, since=since, until=until)
     return out
 
 

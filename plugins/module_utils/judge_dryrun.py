@@ -12,9 +12,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
 import statistics
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.cuda_errors import NOT_READY, not_ready_action
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door, unreadable
 
@@ -28,9 +28,6 @@ CODES = {
     "DRYRUN_FABRIC_NOT_READY": ("fail", "CUDA error 802 (system not yet initialized): on an NVSwitch machine the fabric "
                                         "manager is not running at the driver's version"),
 }
-# CUDA's cudaErrorSystemNotReady (802) as torch, the CUDA runtime and the driver API print it.
-_NOT_READY = re.compile(r"Error 802\b|\(802\)|system not yet initialized|cudaErrorSystemNotReady|"
-                        r"CUDA_ERROR_SYSTEM_NOT_READY", re.I)
 OOM_REMEDIES = (
     "reduce the micro-batch size (or sequence length) per GPU",
     "enable gradient (activation) checkpointing",
@@ -108,15 +105,12 @@ def _texts(result):
 def fabric_not_ready(result, host, severity="fail"):
     """[finding] when CUDA failed with error 802: the GPUs are not registered with the NVLink fabric (NVSwitch machine
     without a running fabric manager at the driver's version)."""
-    lines = [x for x in _texts(result) if _NOT_READY.search(x)]
+    lines = [x for x in _texts(result) if NOT_READY.search(x)]
     if not lines:
         return []
     return [finding(severity, "DRYRUN_FABRIC_NOT_READY", "%s: CUDA could not initialise (error 802, system not yet "
                     "initialized): the GPUs are not registered with the NVLink fabric" % host,
-                    "start the fabric manager at exactly the driver's version on %s (systemctl enable --now "
-                    "nvidia-fabricmanager; kentino.gpufleet.fabric_manager installs and pins it), wait until every "
-                    "GPU's fabric state is Completed (nvidia-smi -q | grep -A 3 Fabric), then rerun; the nvlink "
-                    "check's FABRIC_* findings say what is wrong" % host, lines[:6])]
+                    not_ready_action(host), lines[:6])]
 
 
 @judge_door(CHECK)

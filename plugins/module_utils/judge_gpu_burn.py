@@ -3,8 +3,10 @@
 """Judge a gpu_burn result, never trusting its exit code (stdlib only).
 
 gpu-burn exits 0 with FAULTY GPUs, prints OK after "Couldn't init a GPU test", can print no progress at all, and its
-error counters can overflow negative. A GPU passes only if it was initialised, did work (proc'd > 0, Gflop/s > 0),
-had zero errors in every frame and was not reported FAULTY or DIED. Per-GPU findings carry nvidia-smi's index and
+error counters can overflow negative. CUDA error 802 (its workers' or its own) is the NVLink fabric not ready, said
+alone: what follows from it (no progress, missing GPUs, a hang until the timeout) is its consequence. A GPU passes
+only if it was initialised, did work (proc'd > 0, Gflop/s > 0), had zero errors in every frame and was not reported
+FAULTY or DIED. Per-GPU findings carry nvidia-smi's index and
 PCI address (gpu_burn's own device numbers are mapped by the module, in PCI bus order).
 """
 
@@ -12,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.cuda_errors import SYSTEM_NOT_READY, not_ready_action
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
@@ -21,6 +24,8 @@ CODES = {
                               "tail whose GPU initialisation is unproven"),
     "BURN_FAULTY": ("fail", "a GPU: FAULTY, DIED, errors in a frame, not initialised, or no work"),
     "BURN_GPU_MISSING": ("fail", "fewer GPUs initialised than nvidia-smi showed at the start"),
+    "BURN_FABRIC_NOT_READY": ("fail", "CUDA error 802 (system not yet initialized): on an NVSwitch machine the fabric "
+                                      "manager is not running at the driver's version"),
 }
 
 
@@ -28,8 +33,27 @@ def _rerun(label):
     return "rerun gpu-burn on %s alone; if it fails again replace the card (RMA) with this evidence" % label
 
 
+def _cuda_errors(result):
+    return [e for e in result.get("cuda_errors") or [] if isinstance(e, dict)]
+
+
+def _fabric_not_ready(result, host, timed_out=False):
+    """[finding] when gpu_burn met CUDA error 802 (its workers, or its own cuInit): nothing else it says matters."""
+    errors = _cuda_errors(result)
+    if not any(e.get("code") == SYSTEM_NOT_READY for e in errors):
+        return []
+    evidence = [str(e.get("line")) for e in errors] + [str(t.get("line")) for t in result.get("terminated") or []
+                                                     if isinstance(t, dict)][:2]
+    return [finding("fail", "BURN_FABRIC_NOT_READY", "%s: gpu_burn could not initialise CUDA: error 802 (system not yet "
+                    "initialized)%s: the GPUs are not registered with the NVLink fabric, nothing was burnt" % (
+                        host, "; it then hung and was killed at its timeout" if timed_out else ""),
+                    not_ready_action(host), evidence)]
+
+
 def _setup_errors(result, host):
-    out = []
+    out = _fabric_not_ready(result, host)
+    if out:
+        return out
     action = "fix the gpu_burn installation or the driver on %s (nvidia-smi must work), then rerun" % host
     seen = set()  # gpu_burn prints the same set-up failure once per GPU: one finding per distinct line
     for line in result.get("cuda_failures") or []:
@@ -43,6 +67,14 @@ def _setup_errors(result, host):
             seen.add(line)
             out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn cannot find its compare kernel (%s)" % (
                 host, line), "run it from the directory holding compare.ptx (option chdir) on %s" % host, [line]))
+    if not result.get("frames"):
+        # Workers killed by an uncaught exception before any progress: gpu_burn's crash, not a GPU's fault.
+        crashed = [t.get("line") for t in result.get("terminated") or [] if isinstance(t, dict)]
+        crashed += [e.get("line") for e in _cuda_errors(result) if e.get("line") not in seen]
+        if crashed and not out:
+            named = ["%s %s" % (e.get("name"), e.get("code")) for e in _cuda_errors(result) if e.get("name")]
+            out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn crashed before any progress (%s)%s" % (
+                host, crashed[0], ": " + ", ".join(named) if named else ""), action, crashed[:6]))
     return out
 
 
@@ -87,13 +119,17 @@ def _gpu_findings(entry, host):
 def judge(result, t, host, expected_gpus=None):
     """[finding] for one gpu_burn result. expected_gpus: how many GPUs the burn should have initialised."""
     out = could_not_run(result, CHECK, host)
+    if out and (result.get("tool") or {}).get("timed_out"):
+        # gpu_burn loops after its workers die of error 802 (wilicc/gpu-burn#92): the timeout is its consequence.
+        return _fabric_not_ready(result, host, timed_out=True) or out
     if out or result.get("not_run"):
         return out
     rc = (result.get("tool") or {}).get("rc")
     gpus = result.get("gpus") or []
     frames = result.get("frames") or 0
     recognised = (result.get("burn_s") is not None or frames or gpus or result.get("tested_gpus") is not None
-                  or result.get("init_failures") or result.get("cuda_failures") or result.get("aborted"))
+                  or result.get("init_failures") or result.get("cuda_failures") or result.get("aborted")
+                  or result.get("terminated") or result.get("cuda_errors"))
     if not recognised:
         return [finding("error", "BURN_NOT_RUN", "%s: gpu_burn output not recognised (rc=%s): no start, progress or "
                         "summary lines" % (host, rc), "run gpu_burn by hand on %s and read its output" % host,

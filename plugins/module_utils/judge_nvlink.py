@@ -27,12 +27,18 @@ CODES = {
     "FABRIC_MANAGER_NOT_ENABLED": ("warn", "the fabric manager runs but is not enabled: it will not start after a "
                                            "reboot"),
     "FABRIC_MANAGER_VERSION_MISMATCH": ("fail", "the fabric manager's version differs from the driver's (it exits at "
-                                                "start); the versions and the package to install shown"),
+                                                "start), from its package or its own journal; the versions and the "
+                                                "package to install shown"),
     "FABRIC_NSCQ_VERSION_MISMATCH": ("warn", "libnvidia-nscq differs from the driver's version: DCGM cannot read the "
                                              "NVSwitches"),
     "FABRIC_MANAGER_UNREADABLE": ("error", "the fabric manager's service or package state could not be read"),
     "FABRIC_STATE_INCOMPLETE": ("fail", "a GPU's fabric state is not Completed with Success: it is not registered with "
                                         "the NVLink fabric"),
+    "FABRIC_HEALTH_UNHEALTHY": ("fail", "a GPU registered with the fabric (Completed, Success) whose fabric health is "
+                                        "Unhealthy: a route unhealthy or recovering, an access timeout recovery, an "
+                                        "incorrect configuration"),
+    "FABRIC_BANDWIDTH_DEGRADED": ("fail", "a GPU registered with the fabric whose fabric bandwidth is degraded "
+                                          "(Health Summary Limited Capacity, Bandwidth Degraded)"),
     "NVLINK_LINK_DOWN": ("fail", "an NVLink is down (or missing next to the GPU's peers): the GPU pair and link named"),
     "NVLINK_LINK_SLOW": ("fail", "an NVLink runs below its rated speed (gpufleet_nvlink_min_link_speed_gbps, else the "
                                  "node's fastest link of the same GPU model)"),
@@ -79,6 +85,7 @@ def _evidence(gpu, extra=()):
 
 def _fm_findings(result, host):
     fm = result.get("fabric_manager")
+    nvlink5 = bool((result.get("platform") or {}).get("nvlink5"))
     if not isinstance(fm, dict):
         return [], None
     driver = result.get("driver_version")
@@ -104,27 +111,56 @@ def _fm_findings(result, host):
                            "initialized)" % (host, unit), install, evidence))
         return out, "missing"
     verdict = "active" if fm.get("active_state") == "active" else "stopped"
+    # Its own journal says why it exited (only while it is not running: an older line was fixed since).
+    logged = [e for e in (fm.get("journal") or {}).get("events") or [] if isinstance(e, dict)] \
+        if verdict == "stopped" else []
+    logged_mismatch = next((e for e in reversed(logged) if e.get("kind") == "driver_version_mismatch"), None)
     fm_version = fm.get("upstream_version") or upstream_version(fm.get("version"))
     if installed and driver and fm_version and fm_version != driver:
         out.append(finding("fail", "FABRIC_MANAGER_VERSION_MISMATCH", "%s: fabric manager %s %s does not match the "
                            "driver %s (the fabric manager refuses to run with another driver version)" % (
                                host, fm.get("package"), fm_version, driver),
                            "%s: %s=%s-*, then systemctl restart %s (or bring the driver back to %s)" % (
-                               install, fm.get("package"), driver, unit, fm_version), evidence))
+                               install, fm.get("package"), driver, unit, fm_version),
+                           evidence + ([logged_mismatch["line"]] if logged_mismatch else [])))
         verdict = "mismatch"
+    elif logged_mismatch:
+        wanted = logged_mismatch.get("driver_version") or driver
+        out.append(finding("fail", "FABRIC_MANAGER_VERSION_MISMATCH", "%s: the fabric manager exited at start: its "
+                           "driver interface version %s does not match the driver %s (its journal says so)" % (
+                               host, logged_mismatch.get("fabric_manager_version"), wanted),
+                           "install the fabric manager at exactly the driver's version %s (kentino.gpufleet."
+                           "fabric_manager, or the fabric manager package or container of driver %s), then systemctl "
+                           "restart %s; or bring the driver back to %s" % (
+                               wanted, wanted, unit, logged_mismatch.get("fabric_manager_version")),
+                           [logged_mismatch["line"]] + evidence))
+        verdict = "mismatch"
+    nothing_to_do = next((e for e in reversed(logged) if e.get("kind") == "no_nvswitch"), None)
     nscq = upstream_version(fm.get("nscq_version"))
     if driver and nscq and nscq != driver:
         out.append(finding("warn", "FABRIC_NSCQ_VERSION_MISMATCH", "%s: %s %s does not match the driver %s: DCGM "
                            "cannot monitor the NVSwitches" % (host, fm.get("nscq_package"), nscq, driver),
                            "install %s=%s-* (kentino.gpufleet.fabric_manager installs it with the fabric manager)" % (
                                fm.get("nscq_package"), driver), evidence))
-    if fm.get("active_state") != "active":
+    if fm.get("active_state") != "active" and nothing_to_do:
+        out.append(finding("fail", "FABRIC_MANAGER_STOPPED", "%s: the fabric manager (%s) is %s/%s: it found no "
+                           "NVSwitch to manage (NV_WARN_NOTHING_TO_DO) on a machine that has them, so the GPUs cannot "
+                           "register with the NVLink fabric and CUDA fails with error 802" % (
+                               host, unit, fm.get("active_state"), fm.get("sub_state")),
+                           "%s, then systemctl restart %s on %s" % (
+                               "install and start NVLSM (nvlsm, with infiniband-diags; kentino.gpufleet.fabric_manager "
+                               "does on NVLink 5 machines): the NVSwitches are managed through it"
+                               if nvlink5 else "check that the NVSwitch driver lists the switches "
+                               "(/proc/driver/nvidia-nvswitch/devices; lspci -d 10de: shows them) and that its "
+                               "version is the driver's", unit, host),
+                           [nothing_to_do["line"]] + evidence))
+    elif fm.get("active_state") != "active":
         out.append(finding("fail", "FABRIC_MANAGER_STOPPED", "%s: the fabric manager (%s) is %s/%s: the GPUs cannot "
                            "register with the NVLink fabric and CUDA fails with error 802" % (
                                host, unit, fm.get("active_state"), fm.get("sub_state")),
                            "systemctl enable --now %s on %s; if it exits again, journalctl -u %s says why (a version "
                            "other than the driver's; on NVLink 5 machines NVLSM missing)" % (unit, host, unit),
-                           evidence))
+                           evidence + [e["line"] for e in logged[-2:]]))
     elif fm.get("unit_file_state") not in (None, "enabled", "static", "enabled-runtime", "alias"):
         out.append(finding("warn", "FABRIC_MANAGER_NOT_ENABLED", "%s: %s runs but is %s: after a reboot the GPUs stay "
                            "unregistered" % (host, unit, fm.get("unit_file_state")),
@@ -133,11 +169,68 @@ def _fm_findings(result, host):
     return out, verdict
 
 
+# The fabric health rows (nvidia-smi -q Fabric > Health; nvidia_smi_nvlink.FABRIC_HEALTH) as -q labels them.
+_HEALTH_ROWS = (("fabric_health_summary", "Summary"), ("fabric_health_bandwidth", "Bandwidth"),
+                ("fabric_health_route_recovery", "Route Recovery in progress"),
+                ("fabric_health_route_unhealthy", "Route Unhealthy"),
+                ("fabric_health_access_timeout_recovery", "Access Timeout Recovery"),
+                ("fabric_health_incorrect_configuration", "Incorrect Configuration"))
+_HEALTH_CONDITIONS = (("fabric_health_route_unhealthy", "route unhealthy"),
+                      ("fabric_health_route_recovery", "route recovery in progress"),
+                      ("fabric_health_access_timeout_recovery", "access timeout recovery in progress"))
+
+
+def _word(gpu, key):
+    return " ".join(str(gpu.get(key) or "").split())
+
+
+def _health_finding(gpu, host):
+    """The finding of a registered GPU's fabric health, or None when it is healthy or not reported (older drivers
+    print no Summary, or Bandwidth alone)."""
+    summary = _word(gpu, "fabric_health_summary")
+    conditions = [name for key, name in _HEALTH_CONDITIONS if _word(gpu, key).lower() in ("true", "yes")]
+    config = _word(gpu, "fabric_health_incorrect_configuration")
+    if config and config.lower() not in ("none", "not supported"):
+        conditions.append("incorrect configuration %s" % config)
+    degraded = summary.lower() == "limited capacity" or _word(gpu, "fabric_health_bandwidth").lower() == "degraded"
+    if summary.lower() != "unhealthy" and not conditions and not degraded:
+        return None
+    evidence = _evidence(gpu, ["Fabric health: " + ", ".join("%s=%s" % (label, gpu.get(key)) for key, label in
+                                                            _HEALTH_ROWS if gpu.get(key) is not None)])
+    where = _label(host, gpu)
+    index = gpu.get("index")
+    if summary.lower() == "unhealthy" or conditions:
+        if conditions and all("recover" in c for c in conditions):
+            action = ("the fabric is recovering: rerun the check on %s in a few minutes; if GPU %s stays Unhealthy, "
+                      "read journalctl -u nvidia-fabricmanager and nvidia-smi nvlink -s -i %s, reset the GPU or "
+                      "reboot" % (host, index, index))
+        elif any(c.startswith("incorrect configuration") for c in conditions):
+            action = ("the fabric's configuration does not fit GPU %s (%s): check its NVLink partition, the "
+                      "chassis serial and the GPU firmware against the fabric manager's log (journalctl -u "
+                      "nvidia-fabricmanager) before it runs jobs" % (index, config))
+        else:
+            action = ("read nvidia-smi nvlink -s and -e -i %s on %s for links down or erroring and journalctl -u "
+                      "nvidia-fabricmanager; reset the GPU or reboot; if it stays Unhealthy, service its NVLink path "
+                      "(GPU module, NVSwitch baseboard or tray)" % (index, host))
+        return finding("fail", "FABRIC_HEALTH_UNHEALTHY", "%s: registered with the NVLink fabric (Completed, "
+                       "Success) but its fabric health is %s%s" % (
+                           where, summary or "not summarised", (": " + ", ".join(conditions)) if conditions else ""),
+                       action, evidence, gpu=index, pci=gpu.get("pci"))
+    return finding("fail", "FABRIC_BANDWIDTH_DEGRADED", "%s: its NVLink fabric bandwidth is degraded (Summary %s, "
+                   "Bandwidth %s): collectives through it run below the platform's rate" % (
+                       where, summary or "not printed", _word(gpu, "fabric_health_bandwidth") or "not printed"),
+                   "nvidia-smi nvlink -s -i %s on %s shows which links are down or slow; reset the GPU or reboot to "
+                   "retrain them; if it stays degraded, reseat or service the GPU module or the NVSwitch baseboard"
+                   % (index, host), evidence, gpu=index, pci=gpu.get("pci"))
+
+
 def _fabric_findings(result, host, fm_verdict):
     out = []
     for gpu in _gpus(result):
         state, status = gpu.get("fabric_state"), gpu.get("fabric_status")
         if state == "completed" and (status or "").lower() == "success":
+            health = _health_finding(gpu, host)
+            out += [health] if health else []
             continue
         if state is None and status is None:
             continue  # the driver reports no fabric for this GPU (older driver, or -q not read)

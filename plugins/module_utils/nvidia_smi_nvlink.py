@@ -175,7 +175,11 @@ def link_totals(counters):
 
 
 # -q "Fabric" section: State is the GPU's registration with the NVLink fabric; Status must be read only when State is
-# Completed (NVML's nvmlGpuFabricInfo_t). N/A on GPUs that are not part of an NVSwitch fabric.
+# Completed (NVML's nvmlGpuFabricInfo_t). N/A on GPUs that are not part of an NVSwitch fabric. Health (NVML's
+# healthSummary and healthMask, nvmlGpuFabricInfo_v3_t): Summary Healthy / Unhealthy / Limited Capacity, Bandwidth
+# Full / Degraded, then one row per condition (route recovery in progress, route unhealthy, access timeout recovery:
+# True / False; incorrect configuration: None or the configuration fault). Older drivers print Bandwidth alone, or
+# Summary and Bandwidth; a row a driver does not print is None.
 _FABRIC_KEYS = (
     ("state", "fabric/state"),
     ("status", "fabric/status"),
@@ -183,7 +187,15 @@ _FABRIC_KEYS = (
     ("cluster_uuid", "fabric/clusteruuid"),
     ("health_summary", "fabric/health/summary"),
     ("health_bandwidth", "fabric/health/bandwidth"),
+    ("health_route_recovery", "fabric/health/route recovery in progress"),
+    ("health_route_unhealthy", "fabric/health/route unhealthy"),
+    ("health_access_timeout_recovery", "fabric/health/access timeout recovery"),
+    ("health_incorrect_configuration", "fabric/health/incorrect configuration"),
+    ("health_partition_assigned", "fabric/health/partition assigned"),
 )
+# The health rows nvlink_facts returns (as fabric_<name>) and judge_nvlink reads.
+FABRIC_HEALTH = ("health_summary", "health_bandwidth", "health_route_recovery", "health_route_unhealthy",
+                 "health_access_timeout_recovery", "health_incorrect_configuration")
 
 
 def fabric_state_name(text):
@@ -197,7 +209,7 @@ def fabric_state_name(text):
 
 
 def q_fabric(entries):
-    """{state, status, clique_id, cluster_uuid, health_summary, health_bandwidth, raw} from one GPU's parse_q
+    """{state, status, clique_id, cluster_uuid, health_<row> (see _FABRIC_KEYS), raw} from one GPU's parse_q
     entries; state is snake_case (completed, in_progress, not_started) or None when the GPU reports none."""
     lowered = {}
     for key, value in (entries or {}).items():

@@ -25,6 +25,8 @@ description:
     wrong type makes that node V(error) with a message naming the host, the variable and the expected type.
   - Fails (after writing the report) when any node's verdict is at or above O(fail_on), unless O(fail_task=false);
     the message lists the nodes.
+  - Fails the same way when the history is enabled and this run could not be recorded in it (a damaged file, a
+    read-only mount, no permission, a full disk); the report, RV(summary_md) and RV(history) say why.
     Nodes that could not be checked (V(error), V(unreachable)) count as V(fail) for the gate.
 version_added: "0.1.0"
 author: kentino.gpufleet contributors
@@ -75,7 +77,8 @@ options:
       - Judge trends, version drift and baselines from the history store and record this run in it (docs/audit.md).
         Before the report is built the history is read; after the report files are written the run is recorded. A
         history that cannot be read or written is said in C(report.json) and the result's RV(history), never a lost
-        report.
+        report. The file is checked when it is opened (SQLite's C(PRAGMA quick_check)); a damaged file is neither read
+        nor written.
     type: bool
     default: true
   history_dir:
@@ -203,6 +206,12 @@ history:
   returned: always
   type: dict
   sample: {enabled: true, path: reports/history/gpufleet-history.sqlite3, error: null, recorded: true}
+history_failed:
+  description: Whether the history is enabled and this run is not recorded in it (or old runs could not be
+    removed); RV(history) has the error.
+  returned: always
+  type: bool
+  version_added: "0.2.0"
 """
 
 from ansible.module_utils.basic import AnsibleModule

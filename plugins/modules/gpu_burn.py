@@ -191,6 +191,26 @@ burn_s:
   description: Burn time gpu_burn announced.
   returned: when gpu_burn ran
   type: int
+cuda_errors:
+  description:
+    - CUDA errors in gpu_burn's own messages (C(Error (gpu_burn-drv.cpp:298) system not yet initialized), in a
+      C(Couldn't init CUDA) line or the C(what()) line of a worker killed by an uncaught exception), each once with
+      how often it came (a looping gpu_burn prints them thousands of times); C(code) and C(name) are CUDA's
+      (CUresult) where the text is known. Also read when gpu_burn hung and was killed at the timeout.
+  returned: when gpu_burn ran
+  type: list
+  elements: dict
+  sample: [{error: system not yet initialized, code: 802, name: CUDA_ERROR_SYSTEM_NOT_READY,
+            where: "gpu_burn-drv.cpp:298", context: null, line: "what():  Error (gpu_burn-drv.cpp:298) ...",
+            count: 1}]
+  version_added: "0.2.0"
+terminated:
+  description: The C++ runtime's C(terminate called after throwing an instance of ...) lines (a gpu_burn process
+    killed by an uncaught exception) and C(what()) lines that hold no CUDA error, each once with its count.
+  returned: when gpu_burn ran
+  type: list
+  elements: dict
+  version_added: "0.2.0"
 unparsed:
   description: Output lines that matched no known shape (count and up to 5 samples).
   returned: when gpu_burn ran
@@ -389,7 +409,12 @@ def main():
                    tested_gpus=parsed["tested_gpus"], last_percent=parsed["last_percent"],
                    init_failures=parsed["init_failures"], compute_failures=parsed["compute_failures"],
                    cuda_failures=parsed["cuda_failures"], aborted=parsed["aborted"], unparsed=parsed["unparsed"],
-                   problems=parsed["problems"], start_missing=start_missing(parsed))
+                   problems=parsed["problems"], start_missing=start_missing(parsed),
+                   cuda_errors=parsed["cuda_errors"], terminated=parsed["terminated"])
+    elif ran.timed_out:
+        # A gpu_burn whose workers died of a CUDA error can loop until killed: what it printed says why.
+        parsed = parse_gpu_burn((ran.stdout or "") + "\n" + (ran.stderr or ""))
+        obs.update(cuda_errors=parsed["cuda_errors"], terminated=parsed["terminated"])
     finish(obs)
 
 

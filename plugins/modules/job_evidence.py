@@ -137,7 +137,10 @@ logs:
   description:
     - One entry per log file or journal unit - source (file or journal), path, unit, bytes, mtime, error, notes and
       parsed (the torch_watchdog result - timeouts, pg_status, heartbeat_kills, desync, terminate, elastic_summary,
-      local_ranks, ranks_reporting, time_first, time_last, evidence).
+      local_ranks, ranks_reporting, time_first, time_last, evidence - and what the same lines hold in other formats,
+      desync_reports (torch's TORCH_NCCL_DESYNC_DEBUG report), ras (C(ncclras) output - communicators whose ranks
+      launched different operation counts, dead processes), fr_analysis (C(torchfrtrace) output - missing ranks,
+      culprit ranks)).
   returned: always
   type: list
   elements: dict

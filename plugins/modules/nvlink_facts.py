@@ -13,8 +13,8 @@ short_description: Gather NVSwitch, fabric manager, fabric state, NVLink and top
 description:
   - "Reads what decides whether the GPUs of an NVSwitch machine (HGX/DGX A100, H100, H200, B200) can talk to each
     other: whether the node has NVSwitches (NVIDIA PCI devices of class 0680, or the NVLink 5 switch-management
-    bridges), the fabric manager's package version and systemd state, each GPU's registration with the NVLink fabric
-    (the C(Fabric) section of C(nvidia-smi -q): State and Status), each NVLink's state and speed
+    bridges), the fabric manager's package version, systemd state and journal, each GPU's registration with the
+    NVLink fabric (the C(Fabric) section of C(nvidia-smi -q): State, Status and Health), each NVLink's state and speed
     (C(nvidia-smi nvlink -s)), each NVLink's error counters (C(nvidia-smi nvlink -e): CRC, replay, recovery) and the
     connection matrix (C(nvidia-smi topo -m))."
   - Observations only; judgement is kentino.gpufleet's judge_nvlink (in the fleet report). Every figure is named with
@@ -63,8 +63,8 @@ options:
     type: dict
 notes:
   - O(executable) defaults to C(nvidia-smi) on E(PATH); O(timeout) applies to each call and defaults to 60 seconds.
-  - C(systemctl) and C(dpkg-query) are looked up on E(PATH); without them the fabric manager's state is reported as
-    unknown with the reason.
+  - C(systemctl), C(dpkg-query) and C(journalctl) are looked up on E(PATH); without them the fabric manager's state is
+    reported as unknown with the reason. Its journal needs root or the C(systemd-journal) group.
 seealso:
   - module: kentino.gpufleet.gpu_facts
   - name: The kentino.gpufleet.fabric_manager role
@@ -97,10 +97,17 @@ ansible_facts:
           V(pcie), V(mixed) or null: how the node's GPUs reach each other), platform ({nvswitch, nvlink5, generation,
           nvswitch_pci, nvswitch_driver_devices, nvlink5_bridges, evidence}), fabric_manager ({service, load_state,
           active_state, sub_state, unit_file_state, exec_main_status, package, version, upstream_version,
-          nscq_package, nscq_version, packages, errors}), gpus, topology, baseline, problems, unparsed."
+          nscq_package, nscq_version, packages, errors, journal}), gpus, topology, baseline, problems, unparsed."
+        - "fabric_manager.journal: {read, error, lines, events} from the unit's journal of this boot (the last
+          300 entries of C(journalctl -u)); events: V(driver_version_mismatch) (the daemon's version and the
+          driver's, as its start-up line names them) and V(no_nvswitch) (C(NV_WARN_NOTHING_TO_DO)), each with the
+          raw line."
         - "Each GPU: index, pci (V(dddd:bb:dd)), uuid, name, fabric_state (V(completed), V(in_progress),
           V(not_started) ..., null when the GPU is not in an NVSwitch fabric), fabric_status (e.g. V(Success)),
-          fabric_clique_id, fabric_cluster_uuid, fabric_health_summary, fabric_health_bandwidth, nvlink_present,
+          fabric_clique_id, fabric_cluster_uuid, fabric_health_summary (V(Healthy), V(Unhealthy), V(Limited Capacity)),
+          fabric_health_bandwidth (V(Full), V(Degraded)), fabric_health_route_recovery, fabric_health_route_unhealthy,
+          fabric_health_access_timeout_recovery (V(True), V(False)), fabric_health_incorrect_configuration
+          (V(None) or the fault; null where the driver prints no such row), nvlink_present,
           nvlink_all_inactive, nvlink_links_total, nvlink_links_up, nvlink_links ([{link, up, speed_gbps}]),
           nvlink_counters ([{link, crc_errors, replay_errors, recovery_errors, counters}]), nvlink_crc_errors_total,
           nvlink_replay_errors_total, nvlink_recovery_errors_total, evidence (the raw lines)."
@@ -134,8 +141,11 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import fabric_manager, nvswitch_platform
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
+from ansible_collections.kentino.gpufleet.plugins.module_utils.fabric_manager_log import parse_fabric_manager_log
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import journal_record
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import parse_q
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_nvlink import (
+    FABRIC_HEALTH,
     link_totals,
     parse_nvlink_errors,
     parse_nvlink_status,
@@ -150,6 +160,8 @@ GATHER = ("platform", "fabric_manager", "gpus", "fabric", "nvlink", "counters", 
 IDENTITY_SPEC = (("index", ("index",)), ("pci", ("pci.bus_id",)), ("uuid", ("uuid",)), ("name", ("name",)),
                  ("driver_version", ("driver_version",)))
 MAX_EVIDENCE = 40
+# The fabric manager's journal of this boot: its start is at the top, its repeated restarts at the end.
+JOURNAL_LINES = 300
 
 
 def _problem(kind, message, pci=None, index=None):
@@ -194,6 +206,8 @@ class Reader:
                             or None, "sub_state": props.get("SubState") or None,
                             "unit_file_state": props.get("UnitFileState") or None,
                             "exec_main_status": props.get("ExecMainStatus") or None})
+        if out["load_state"] != "not-found":
+            out["journal"] = self.fabric_manager_journal(unit)
         dpkg = find_tool(self.module, "dpkg-query")
         if dpkg is None:
             out["errors"].append("dpkg-query not found: the installed package versions are unknown")
@@ -210,6 +224,33 @@ class Reader:
                         "upstream_version": fabric_manager.upstream_version(fm["version"])})
         if nscq:
             out.update({"nscq_package": nscq["package"], "nscq_version": nscq["version"]})
+        return out
+
+    def fabric_manager_journal(self, unit):
+        """What the fabric manager logged this boot (its last JOURNAL_LINES entries): why it exited at start."""
+        out = {"read": False, "error": None, "lines": 0, "events": []}
+        journalctl = find_tool(self.module, "journalctl")
+        if journalctl is None:
+            out["error"] = "journalctl not found: the fabric manager's journal was not read"
+            return out
+        res = self.run([journalctl, "-u", unit, "-b", "-n", str(JOURNAL_LINES), "-o", "json", "--no-pager", "--all",
+                        "--output-fields=MESSAGE"], "journalctl -u %s" % unit)
+        if res is None:
+            out["error"] = "journalctl -u %s did not answer (see problems)" % unit
+            return out
+        if res.rc != 0:
+            out["error"] = "journalctl -u %s exited %s: %s" % (unit, res.rc, (res.stderr or "").strip()[:200])
+            return out
+        if "not seeing messages from other users and the system" in (res.stderr or ""):
+            out["error"] = ("the fabric manager's journal is not readable by this user (run the check with become: "
+                            "true, or add the user to the systemd-journal group)")
+        messages = []
+        for line in res.stdout.splitlines():
+            rec = journal_record(line)
+            when = rec.realtime_us / 1e6 if rec.realtime_us is not None else None
+            messages += [(m, when) for m in rec.messages]
+        parsed = parse_fabric_manager_log(messages)
+        out.update({"read": out["error"] is None, "lines": parsed["lines"], "events": parsed["events"]})
         return out
 
     # ---- nvidia-smi ----------------------------------------------------------------------------------------------
@@ -242,7 +283,9 @@ class Reader:
 def _gpu_entry(ident):
     return {"index": ident["index"], "pci": ident["pci"], "uuid": ident["uuid"], "name": ident["name"],
             "fabric_state": None, "fabric_status": None, "fabric_clique_id": None, "fabric_cluster_uuid": None,
-            "fabric_health_summary": None, "fabric_health_bandwidth": None, "nvlink_present": None,
+            "fabric_health_summary": None, "fabric_health_bandwidth": None, "fabric_health_route_recovery": None,
+            "fabric_health_route_unhealthy": None, "fabric_health_access_timeout_recovery": None,
+            "fabric_health_incorrect_configuration": None, "nvlink_present": None,
             "nvlink_all_inactive": None, "nvlink_links_total": None, "nvlink_links_up": None, "nvlink_links": None,
             "nvlink_counters": None, "nvlink_crc_errors_total": None, "nvlink_replay_errors_total": None,
             "nvlink_recovery_errors_total": None, "evidence": []}
@@ -309,9 +352,8 @@ def _apply_fabric(entries, parsed):
             continue
         fabric = q_fabric(block["entries"])
         gpu.update({"fabric_state": fabric["state"], "fabric_status": fabric["status"],
-                    "fabric_clique_id": fabric["clique_id"], "fabric_cluster_uuid": fabric["cluster_uuid"],
-                    "fabric_health_summary": fabric["health_summary"],
-                    "fabric_health_bandwidth": fabric["health_bandwidth"]})
+                    "fabric_clique_id": fabric["clique_id"], "fabric_cluster_uuid": fabric["cluster_uuid"]})
+        gpu.update(("fabric_" + row, fabric[row]) for row in FABRIC_HEALTH)
         if fabric["raw"]:
             gpu["evidence"].append("Fabric: " + ", ".join("%s=%s" % kv for kv in sorted(fabric["raw"].items())))
 

@@ -39,6 +39,13 @@ def gate_line(report):
                                       else "passed")
 
 
+def history_line(report):
+    """The history's failure for this run (not recorded, damaged, read-only), or None: beside the gate on every
+    surface, because a run missing from the history is otherwise silent until a trend is missed."""
+    error = (report.get("history") or {}).get("error")
+    return "History: %s" % " ".join(str(error).split()) if error else None
+
+
 def summary_table(report):
     lines = ["| node | verdict | stage | worst finding | action |", "|---|---|---|---|---|"]
     for node in report["nodes"]:
@@ -47,7 +54,7 @@ def summary_table(report):
             _cell(node["host"]), _ICON.get(node["verdict"], node["verdict"]), _cell(node.get("stage")),
             _cell(("%s: %s" % (worst["code"], worst["message"])) if worst else "no findings"),
             _cell(node.get("action") or "none")))
-    footer = gate_line(report)
+    footer = "\n".join(line for line in (gate_line(report), history_line(report)) if line)
     title = "Fleet report %s%s: %s" % (report["run_id"], " (INTERRUPTED: what the run had when it stopped)"
                                        if report.get("interrupted") else "", counts_line(report))
     return "\n".join([title, ""] + lines + ["", footer])

@@ -3,9 +3,11 @@
 Scenario keys (all optional; an NVSwitch model gets a healthy fabric by default):
   fabric_manager: {installed (true), version (the driver's), active (true), enabled (true), package,
                    nscq_version (the fabric manager's), service ("nvidia-fabricmanager")}
-  nvlink: {nvswitch (the model's), gpus: {"<index>": {down: [links], all_inactive: bool,
-           slow: {"<link>": GB/s}, counters: {"<link>": {crc_base, replay_base, recovery_base, crc_per_load_hour,
-           replay_per_load_hour, recovery_per_load_hour}}}}}
+  nvlink: {nvswitch (the model's), fabric_health_rows ("bandwidth": the Health block of older drivers, Bandwidth
+           alone; "full": current drivers' Summary, Bandwidth and condition rows), gpus: {"<index>": {down: [links],
+           all_inactive: bool, slow: {"<link>": GB/s}, counters: {"<link>": {crc_base, replay_base, recovery_base,
+           crc_per_load_hour, replay_per_load_hour, recovery_per_load_hour}}, fabric_health: {"<row label>": value}
+           (e.g. {"Summary": "Unhealthy", "Route Unhealthy": "True"}: the rows nvidia-smi -q prints)}}}
 What follows from them, as on a real HGX: with the fabric manager missing, stopped, or at another version than the
 driver, no GPU registers with the fabric (nvidia-smi -q Fabric State "In Progress"), every NVLink stays untrained
 (<inactive>), the topology matrix shows PCIe paths, and CUDA fails with error 802 "system not yet initialized"
@@ -45,11 +47,41 @@ def fabric_manager(node):
         "version": version,
         "nscq_package": _branch_package(cfg.get("nscq_version", version), "libnvidia-nscq"),
         "nscq_version": cfg.get("nscq_version", version),
-        # The real daemon refuses to run with another driver version: it exits at start.
-        "active": bool(cfg.get("active", True)) and version == driver,
+        # The real daemon refuses to run with another driver version, or without an NVSwitch to manage: it exits at
+        # start.
+        "active": bool(cfg.get("active", True)) and version == driver and nvswitch(node),
         "enabled": bool(cfg.get("enabled", True)),
         "mismatch": version != driver,
+        "nothing_to_do": version == driver and not nvswitch(node),
     }
+
+
+def fm_journal(node):
+    """[(seconds after boot, identifier, priority, message)] of the fabric manager's unit in this boot, as the daemon
+    and systemd write them (the start-up lines the collection reads: NVIDIA's wording, quoted in public reports)."""
+    fm = fabric_manager(node)
+    if fm is None:
+        return []
+    unit = fm["service"] + ".service"
+    out = [(20.0, "systemd", 6, "Starting NVIDIA fabric manager service...")]
+    failed = [(20.6, "systemd", 5, "%s: Control process exited, code=exited, status=1/FAILURE" % unit),
+              (20.6, "systemd", 4, "%s: Failed with result 'exit-code'." % unit),
+              (20.7, "systemd", 3, "Failed to start NVIDIA fabric manager service.")]
+    if fm["mismatch"]:
+        out.append((20.5, "nv-fabricmanager", 3, "fabric manager NVIDIA GPU driver interface version %s don't match "
+                    "with driver version %s. Please update with matching NVIDIA driver package." % (
+                        fm["version"], node.scen["driver"]["version"])))
+        return out + failed
+    if fm["nothing_to_do"]:
+        out.append((20.5, "nv-fabricmanager", 3, "request to query NVSwitch device information from NVSwitch driver "
+                    "failed with error:WARNING Nothing to do [NV_WARN_NOTHING_TO_DO]"))
+        return out + failed
+    if not fm["active"]:  # stopped by an operator (or never started: disabled)
+        return out + [(21.0, "systemd", 6, "Started NVIDIA fabric manager service."),
+                      (3600.0, "systemd", 6, "Stopping NVIDIA fabric manager service..."),
+                      (3601.0, "systemd", 6, "%s: Deactivated successfully." % unit),
+                      (3601.0, "systemd", 6, "Stopped NVIDIA fabric manager service.")]
+    return out + [(21.0, "systemd", 6, "Started NVIDIA fabric manager service.")]
 
 
 def ready(node):
@@ -110,6 +142,22 @@ def fabric_state(node, gpu):
     if ready(node):
         return "Completed", "Success"
     return "In Progress", "N/A"
+
+
+# nvidia-smi -q Fabric > Health of a registered, healthy GPU on current drivers (NVML healthSummary and healthMask).
+HEALTHY_ROWS = (("Summary", "Healthy"), ("Bandwidth", "Full"), ("Route Recovery in progress", "False"),
+                ("Route Unhealthy", "False"), ("Access Timeout Recovery", "False"), ("Incorrect Configuration", "None"))
+
+
+def fabric_health(node, gpu, state):
+    """[(label, value)] of the -q Fabric > Health rows: Bandwidth alone unless the scenario asks for the full block
+    (or sets a GPU's rows); N/A before the GPU is registered."""
+    cfg = node.scen.get("nvlink") or {}
+    overrides = _gpu_cfg(node, gpu).get("fabric_health") or {}
+    rows = HEALTHY_ROWS if cfg.get("fabric_health_rows") == "full" or overrides else HEALTHY_ROWS[1:2]
+    if state != "Completed":
+        return [(label, "N/A") for label, _v in rows]
+    return [(label, overrides.get(label, value)) for label, value in rows]
 
 
 def write_platform(node):

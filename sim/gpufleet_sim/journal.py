@@ -1,6 +1,7 @@
 """Stand-ins for journalctl and dmesg, both rendering the node's simulated kernel log (<state>/kernel.jsonl).
 
-journalctl: -k/--dmesg, -b [ID|OFFSET|all], --boot=all, -o json|short|short-iso|short-precise|short-monotonic|cat,
+journalctl: -k/--dmesg, -u/--unit UNIT (the fabric manager's unit: its start-up lines, gpufleet_sim/fabric.py; any
+other unit has no entries), -b [ID|OFFSET|all], --boot=all, -o json|short|short-iso|short-precise|short-monotonic|cat,
 --after-cursor, --cursor, --cursor-file, --show-cursor, --since/--until (absolute, @epoch, today, yesterday, now,
 "N min ago", -Nh), -n/--lines (N or all), -f/--follow, -r, -g/--grep, -p/--priority, --list-boots, FIELD=VALUE matches (_TRANSPORT=kernel,
 _BOOT_ID=, PRIORITY=, SYSLOG_IDENTIFIER=), and the no-ops --no-pager -q -a --utc --no-hostname -m --system.
@@ -78,6 +79,7 @@ def _parse_time(text, now):
 class JArgs:
     def __init__(self):
         self.kernel = False
+        self.unit = None
         self.boot = None  # None: all (unless -k), "0", "-1", an id, or "all"
         self.output = "short"
         self.after_cursor = None
@@ -117,12 +119,14 @@ def parse_journal_args(argv, now):
         arg = argv[i]
         if arg.startswith("--") and "=" in arg:
             key, val = arg.split("=", 1)
-        elif len(arg) > 2 and arg[0] == "-" and arg[1] in "onpgSUb" and arg[1] != "-":
+        elif len(arg) > 2 and arg[0] == "-" and arg[1] in "onpgSUbu" and arg[1] != "-":
             key, val = arg[:2], arg[2:]
         else:
             key, val = arg, None
         if key in ("-k", "--dmesg"):
             a.kernel = True
+        elif key in ("-u", "--unit"):
+            a.unit = take(val)
         elif key in ("-b", "--boot"):
             if val is None and i + 1 < len(argv) and re.match(r"^(all|[+-]?\d+|[0-9a-f]{32}([+-]\d+)?)$", argv[i + 1]):
                 i += 1
@@ -182,8 +186,32 @@ def _seq_of_cursor(cur):
     return int(m.group(1), 16) if m else None
 
 
+def _unit_records(node, unit):
+    """The records of a unit's journal (this boot): the fabric manager's, or none."""
+    from . import fabric
+
+    fm = fabric.fabric_manager(node)
+    if fm is None or unit.replace(".service", "") != fm["service"]:
+        return []
+    boot = node.info["boots"][-1]
+    out = []
+    for i, (offset, ident, prio, msg) in enumerate(fabric.fm_journal(node)):
+        rec = klog.record(node, boot, boot["start"] + offset, msg, prio)
+        rec.update({"seq": 1000000 + i, "ident": ident, "unit": fm["service"] + ".service",
+                    "pid": 1 if ident == "systemd" else 1507})
+        out.append(rec)
+    return out
+
+
 def _fields(node, rec):
     msg = rec["raw"] if "raw" in rec else rec.get("msg", "")
+    if rec.get("unit"):
+        return {"__CURSOR": klog.cursor(node.info, rec), "__REALTIME_TIMESTAMP": str(rec["rt"]),
+                "__MONOTONIC_TIMESTAMP": str(rec["mono"]), "__SEQNUM": str(rec["seq"]),
+                "__SEQNUM_ID": node.info["seqnum_id"], "_BOOT_ID": rec["boot"], "_MACHINE_ID": node.info["machine_id"],
+                "_HOSTNAME": node.hostname, "_TRANSPORT": "journal" if rec["ident"] == "systemd" else "stdout",
+                "SYSLOG_IDENTIFIER": rec["ident"], "_PID": str(rec["pid"]), "_SYSTEMD_UNIT": rec["unit"] if rec["ident"] != "systemd"
+                else "init.scope", "UNIT": rec["unit"], "PRIORITY": str(rec["prio"]), "MESSAGE": msg}
     return {
         "__CURSOR": klog.cursor(node.info, rec),
         "__REALTIME_TIMESTAMP": str(rec["rt"]),
@@ -260,7 +288,10 @@ def journalctl(node, argv, out, err):
             return None
         return fields
 
-    records, offset = _read_records(node.path("kernel.jsonl"), 0)
+    if a.unit is not None:
+        records, offset = _unit_records(node, a.unit), None
+    else:
+        records, offset = _read_records(node.path("kernel.jsonl"), 0)
     recs = [(rec, f) for rec, f in ((rec, wanted(rec)) for rec in records) if f is not None]
     lines = a.lines
     if lines is None and a.follow and not (a.since is not None or after or a.cursor):
@@ -277,7 +308,7 @@ def journalctl(node, argv, out, err):
         if a.cursor_file:
             with open(a.cursor_file, "w") as fh:
                 fh.write(last)
-    if a.follow:
+    if a.follow and a.unit is None:
         return _follow(node, a, wanted, out, offset, records[-1]["rt"] if records else 0)
     return 0
 
@@ -367,7 +398,8 @@ def _render(node, a, recs, out):
             stamp = time.strftime("%b %d %H:%M:%S", tm) + ".%06d" % (rec["rt"] % 1000000)
         else:
             stamp = time.strftime("%b %d %H:%M:%S", tm)
-        out.write("%s %s kernel: %s\n" % (stamp, node.hostname, msg))
+        ident = "%s[%d]" % (rec["ident"], rec["pid"]) if rec.get("ident") else "kernel"
+        out.write("%s %s %s: %s\n" % (stamp, node.hostname, ident, msg))
 
 
 def _list_boots(node, out):

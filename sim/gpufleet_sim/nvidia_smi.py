@@ -465,7 +465,8 @@ def _gpu_sections(view, g, legacy, display):
             _kv(s, 8, "CliqueId", 0 if on_fabric else "N/A")
             _kv(s, 8, "ClusterUUID", "00000000-0000-0000-0000-000000000000" if on_fabric else "N/A")
             _kv(s, 8, "Health")
-            _kv(s, 12, "Bandwidth", "Full" if state == "Completed" else "N/A")
+            for label, value in fabric.fabric_health(view.node, g, state):
+                _kv(s, 12, label, value)
         _kv(s, 4, "PCI")
         _kv(s, 8, "Bus", "0x" + g["bus"].upper())
         _kv(s, 8, "Device", "0x00")

@@ -57,7 +57,7 @@ def _unit_states(node, unit):
     if fm is None or unit.replace(".service", "") != fm["service"]:
         return {"Type": "simple", "LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead",
                 "UnitFileState": "", "ExecMainStatus": "0", "FragmentPath": ""}
-    failed = fm["mismatch"]  # the daemon exited at start: driver version incompatible
+    failed = fm["mismatch"] or fm["nothing_to_do"]  # the daemon exited at start (fabric.fm_journal says why)
     return {"Type": "forking", "LoadState": "loaded",
             "ActiveState": "active" if fm["active"] else ("failed" if failed else "inactive"),
             "SubState": "running" if fm["active"] else ("failed" if failed else "dead"),

@@ -17,6 +17,7 @@ import threading
 import pytest
 import yaml
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import FILE_NAME, History
+from helpers.history_files import garbage_in_the_middle, healthy_history
 from helpers.playbook_runner import REPO, codes, nodes_by_host, run_playbook
 
 GROUP_VARS = REPO / "inventories" / "sim" / "group_vars"
@@ -185,16 +186,24 @@ def test_an_empty_inventory_is_refused_with_the_reason(tmp_path):
     assert "matched no host" in output or "no nodes to judge" in output, output[-2000:]
 
 
-def test_a_corrupt_history_never_loses_the_report(tmp_path):
+def test_a_damaged_history_never_loses_the_report_nor_the_run_silently(tmp_path):
+    """Garbage in one page in the middle of the history (a bad sector): the audit's report is written and says the
+    run is not recorded, the console summary says it, the playbook fails, and not one byte of the file changes."""
     hosts = {"c1": "healthy_h100"}
     inv = inventory(tmp_path, hosts)
-    history = tmp_path / "reports" / "history" / FILE_NAME
-    history.parent.mkdir(parents=True)
-    history.write_bytes(b"not a database, somebody's notes\n" * 100)
+    history = healthy_history(tmp_path / "reports" / "history" / FILE_NAME)
+    damaged = garbage_in_the_middle(history)
     rc, output, report = run_playbook("audit", tmp_path, inventory=str(inv))
-    assert rc == 0 and report is not None, output[-3000:]
-    assert "is not an SQLite database" in report["history"]["error"]
-    assert "gpufleet history:" in output and history.read_bytes().startswith(b"not a database")
+    assert rc != 0 and report is not None, output[-3000:]
+    assert [n["verdict"] for n in report["nodes"]] == ["pass"]
+    error = report["history"]["error"]
+    assert "NOT recorded" in error and "is damaged (PRAGMA quick_check" in error, error
+    assert "History: this run is NOT recorded" in output  # the console summary
+    assert "Gate on the verdicts" in output and "history: this run is NOT recorded" in output  # the failed task
+    run_dir = tmp_path / "reports" / report["run_id"]
+    assert "History: this run is NOT recorded" in (run_dir / "report.md").read_text()
+    assert 'id="history-error"' in (run_dir / "report.html").read_text()
+    assert history.read_bytes() == damaged
 
 
 if __name__ == "__main__":

@@ -29,18 +29,26 @@ class HistoryStep:
                      "previous_runs": 0, "pruned_runs": 0}
 
     def judge(self, nodes, data, playbook, now=None):
-        """Add the history's findings to the report's nodes; keep this run's records for record()."""
+        """Add the history's findings to the report's nodes; keep this run's records for record(). A damaged file
+        is neither read nor written; a healthy one this process cannot write (read-only mount, permissions) is
+        still read for the judges, and record() says why the run is not in it."""
         if not self.enabled or not self.path:
             return
         history = None
         try:
             if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
-                history = History(self.path, readonly=False)
+                try:
+                    history = History(self.path, readonly=False)
+                except HistoryError as exc:
+                    if exc.kind != "access":
+                        raise
+                    self.info["error"] = not_recorded(exc)
+                    history = History(self.path, readonly=True)
                 self.info["previous_runs"] = history.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
             self.records = history_rules.annotate(nodes, data, history, now or time.time(), playbook,
                                                   reset_baselines=self.reset_baselines)
         except HistoryError as exc:
-            self.info["error"] = str(exc)
+            self.info["error"] = not_recorded(exc)
         except Exception as exc:  # a bug in the history's rules must not lose the report
             self.info["error"] = "history rules failed (%s: %s): report this as a kentino.gpufleet bug" % (
                 type(exc).__name__, exc)
@@ -49,16 +57,33 @@ class HistoryStep:
                 history.close()
 
     def record(self, doc):
-        """Write this run into the history (one transaction), then drop runs older than the retention."""
+        """Write this run into the history (one transaction), then drop runs older than the retention. Never into a
+        file the judge step found damaged."""
         if not self.enabled or not self.path or self.records is None:
             return self.info
         try:
             with History(self.path) as history:
                 history.record(run_record(doc), self.records)
                 self.info["recorded"] = True
-                self.info["pruned_runs"] = history.prune(self.days)
+                self.info["error"] = None
+                try:
+                    self.info["pruned_runs"] = history.prune(self.days)
+                except HistoryError as exc:  # the run is in: only the retention waits for the next run
+                    self.info["error"] = "the run is recorded, but old runs could not be removed: %s" % exc
         except HistoryError as exc:
-            self.info["error"] = str(exc)
-        except Exception as exc:  # sqlite3 errors (disk full, locked for too long): the report is already written
-            self.info["error"] = "could not record the run in %s: %s: %s" % (self.path, type(exc).__name__, exc)
+            self.info["error"] = not_recorded(exc)
+        except Exception as exc:  # noqa: BLE001 the report is already written: say what failed, never lose it
+            self.info["error"] = "this run is NOT recorded in %s: %s: %s" % (self.path, type(exc).__name__, exc)
         return self.info
+
+    @property
+    def failed(self):
+        """Whether the history failed this run (it is not recorded, or old runs could not be removed): the report,
+        the console, the CLI's exit code and the playbook's end all say so."""
+        return bool(self.enabled and self.path and self.info["error"])
+
+
+def not_recorded(exc):
+    """The report's history.error for a HistoryError: what is wrong and that this run is not in the history."""
+    text = str(exc)
+    return text if "not recorded" in text else "this run is NOT recorded: " + text

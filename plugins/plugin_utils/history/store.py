@@ -23,6 +23,7 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 import zlib
 from contextlib import contextmanager
 
@@ -95,15 +96,64 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class HistoryError(Exception):
-    """The history cannot be used as asked: the message names the file, what is wrong and what to do."""
+    """The history cannot be used as asked: the message names the file, what is wrong and what to do. kind: damaged
+    (SQLite finds the file malformed: never written into), access (a healthy file this process cannot write or read:
+    read-only mount, permissions), refused (not ours, newer, missing) or failed (a write failed for another reason)."""
+
+    def __init__(self, message, kind="refused"):
+        super().__init__(message)
+        self.kind = kind
+
+
+# SQLite's result codes (sqlite3.Error.sqlite_errorname) that say the file or its directory cannot be used as asked,
+# never that its contents are wrong.
+ACCESS_CODES = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")
+DAMAGED_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+DAMAGED_FIX = ("restore it from a backup, or move it away (the next run starts a new history); nothing is written "
+               "into a damaged file")
 
 
 def default_path(history_dir):
     return os.path.join(os.path.expanduser(str(history_dir)), FILE_NAME)
 
 
-def _refuse(path, why, fix):
-    raise HistoryError("history %s: %s; %s (the file is left as it is)" % (path, why, fix))
+def _refuse(path, why, fix, kind="refused"):
+    raise HistoryError("history %s: %s; %s (the file is left as it is)" % (path, why, fix), kind)
+
+
+def _uri(path, readonly, immutable=False):
+    """The file's SQLite URI: the path quoted whole (a directory named `%41` or `a#b` is that directory), and its
+    parameters."""
+    params = (["mode=ro"] if readonly else []) + (["immutable=1"] if immutable else [])
+    return "file:%s%s" % (urllib.parse.quote(path), "?" + "&".join(params) if params else "")
+
+
+def _existing(directory):
+    """The directory, or its nearest ancestor that exists (where a missing history directory would be created)."""
+    while directory and not os.path.exists(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    return directory
+
+
+def write_problem(path):
+    """(why, fix) when this process cannot write the history at `path` (the file, and its directory, where SQLite
+    keeps its -wal and -shm files): a read-only file system or missing permissions. None when it can."""
+    directory = _existing(os.path.dirname(path))
+    other = "or point gpufleet_history_dir at a directory this user can write"
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return ("cannot be written: %s is on a read-only file system (the file itself may be fine)" % directory,
+                    "remount it read-write, " + other)
+    except OSError:
+        pass
+    if not os.path.isdir(directory):
+        return "cannot create its directory: %s is not a directory" % directory, "move that file away, " + other
+    for target in [p for p in (path, directory) if os.path.exists(p)]:
+        if not os.access(target, os.W_OK | (os.X_OK if os.path.isdir(target) else 0)):
+            return ("cannot be written: no write permission on %s for uid %d (the file itself may be fine)" % (
+                target, os.getuid()), "give this user write access to the file and its directory (SQLite writes "
+                    "its -wal and -shm files beside it), run as the history's owner, " + other)
+    return None
 
 
 def _check_file(path):
@@ -112,7 +162,8 @@ def _check_file(path):
         with open(path, "rb") as fh:
             head = fh.read(100)
     except OSError as exc:
-        _refuse(path, "cannot be read (%s)" % (exc.strerror or exc), "fix its permissions or gpufleet_history_dir")
+        _refuse(path, "cannot be read (%s)" % (exc.strerror or exc), "fix its permissions or gpufleet_history_dir",
+                "access")
     if head and not head.startswith(SQLITE_HEADER):
         _refuse(path, "is not an SQLite database (it starts with %r)" % head[:16],
                 "move it away or point gpufleet_history_dir elsewhere")
@@ -124,38 +175,107 @@ def _check_file(path):
 
 
 class History:
-    """One open history file. Use as a context manager, or call close()."""
+    """One open history file. Use as a context manager, or call close().
+
+    Opening checks the whole file (PRAGMA quick_check: every page read once, no index cross-check), so a damaged
+    file is refused before anything reads or writes it; a write that fails runs the full integrity_check to tell
+    damage from other faults. A writer refuses at once where it cannot write (read-only mount, permissions)."""
 
     def __init__(self, path, create=True, readonly=False):
         self.path = os.path.abspath(os.path.expanduser(str(path)))
+        self.db = None
         exists = os.path.exists(self.path) and os.path.getsize(self.path) > 0
         if not exists and (readonly or not create):
             raise HistoryError("history %s does not exist yet: it is written by the first run with history enabled"
                                % self.path)
+        if not readonly:
+            problem = write_problem(self.path)
+            if problem:
+                _refuse(self.path, problem[0], problem[1], "access")
         if exists:
             _check_file(self.path)
         else:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        uri = "file:%s%s" % (self.path, "?mode=ro" if readonly else "")
+            try:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            except OSError as exc:
+                _refuse(self.path, "cannot create its directory (%s)" % (exc.strerror or exc),
+                        "point gpufleet_history_dir at a directory this user can write", "access")
+        # A reader that cannot create SQLite's -shm file beside a WAL file (a read-only mount, another user's
+        # directory) opens it immutable when no writer is at work (no -wal file): SQLite refuses it otherwise.
+        immutable = readonly and not os.path.exists(self.path + "-wal") and write_problem(self.path) is not None
         try:
-            self.db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000.0, isolation_level=None)
+            self.db = sqlite3.connect(_uri(self.path, readonly, immutable), uri=True,
+                                      timeout=BUSY_TIMEOUT_MS / 1000.0, isolation_level=None)
         except sqlite3.Error as exc:
-            _refuse(self.path, "cannot be opened (%s)" % exc, "check the directory's permissions")
+            raise self._failure(exc, "cannot be opened") from exc
         self.db.row_factory = sqlite3.Row
         try:
             self.db.execute("PRAGMA busy_timeout = %d" % BUSY_TIMEOUT_MS)
             self.db.execute("PRAGMA foreign_keys = ON")
-            # Check first, change nothing until the file is known to be ours (even WAL mode rewrites the header).
+            # Check first, change nothing until the file is known to be ours and whole (even WAL mode rewrites the
+            # header).
             current = self._check_schema(readonly)
+            self._check_integrity("quick_check", "")
             if not readonly:
                 self.db.execute("PRAGMA journal_mode = WAL")
                 self.db.execute("PRAGMA synchronous = NORMAL")
                 if current < SCHEMA_VERSION:
                     self.migrate()
-        except sqlite3.DatabaseError as exc:
+        except HistoryError:
             self.db.close()
-            _refuse(self.path, "is damaged or not a gpufleet history (%s)" % exc,
-                    "restore it from a backup or move it away; `sqlite3 FILE 'PRAGMA integrity_check'` says more")
+            raise
+        except sqlite3.Error as exc:
+            failure = self._failure(exc, "cannot be opened")
+            self.db.close()
+            raise failure from exc
+
+    def _check_integrity(self, pragma, consequence):
+        """HistoryError (damaged) unless PRAGMA quick_check / integrity_check says ok; SQLite's first lines quoted."""
+        try:
+            lines = [r[0] for r in self.db.execute("PRAGMA %s(5)" % pragma)]
+        except sqlite3.DatabaseError as exc:
+            lines = [str(exc)]
+        if lines != ["ok"]:
+            found = [" ".join(part.split()) for line in lines for part in line.splitlines()
+                     if not part.startswith("*** in database")]  # SQLite's heading of a multi-database report
+            _refuse(self.path, "is damaged (PRAGMA %s: %s)%s" % (pragma, "; ".join(found[:3]), consequence),
+                    DAMAGED_FIX, "damaged")
+
+    def _failure(self, exc, doing, consequence=""):
+        """The HistoryError for an sqlite3 error: damage, a file this process cannot use, or the fault itself."""
+        code = getattr(exc, "sqlite_errorname", "")
+        if code in ACCESS_CODES:
+            problem = write_problem(self.path)
+            if problem:
+                return HistoryError("history %s: %s%s; %s (the file is left as it is)" % (
+                    self.path, problem[0], consequence, problem[1]), "access")
+            return HistoryError("history %s %s (%s)%s; check that this user can read it and write its directory "
+                                "(or gpufleet_history_dir)" % (self.path, doing, exc, consequence), "access")
+        if code == "SQLITE_FULL":
+            return HistoryError("history %s %s: the disk is full (%s)%s; free space there" % (
+                self.path, doing, exc, consequence), "failed")
+        if code in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+            return HistoryError("history %s %s: another process held it for more than %d s (%s)%s; run again when "
+                                "it is done" % (self.path, doing, BUSY_TIMEOUT_MS // 1000, exc, consequence),
+                                "failed")
+        if self.db is not None:
+            try:
+                self._check_integrity("integrity_check", consequence)
+            except HistoryError as damaged:
+                return damaged
+        if code in DAMAGED_CODES:
+            return HistoryError("history %s: is damaged (%s)%s; %s (the file is left as it is)" % (
+                self.path, exc, consequence, DAMAGED_FIX), "damaged")
+        return HistoryError("history %s %s (%s: %s)%s; `sqlite3 FILE 'PRAGMA integrity_check'` says whether the file"
+                            " is whole" % (self.path, doing, type(exc).__name__, exc, consequence), "failed")
+
+    @contextmanager
+    def _writing(self):
+        """A write: any SQLite error becomes a HistoryError that says why (integrity_check tells damage apart)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._failure(exc, "could not be written", "; this run is not recorded") from exc
 
     # ---- schema ----------------------------------------------------------------------------------------------
     def _check_schema(self, readonly):
@@ -199,7 +319,10 @@ class History:
         try:
             yield self.db
         except BaseException:
-            self.db.execute("ROLLBACK")
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the transaction is gone already (SQLite rolls back on some errors): the first error counts
             raise
         self.db.execute("COMMIT")
 
@@ -253,7 +376,7 @@ class History:
         severity, digest}], baselines: [{metric, detail, gpu_pci or None, value}], doc: dict or None}].
         A run already recorded (same run_id) is replaced. Returns the number of GPU rows written."""
         gpu_rows = 0
-        with self.transaction():
+        with self._writing(), self.transaction():
             self.db.execute("DELETE FROM runs WHERE run_id = ?", (run["run_id"],))
             run_pk = self.db.execute(
                 "INSERT INTO runs (run_id, playbook, started, finished, ts, verdict, nodes, interrupted, recorded_at)"
@@ -313,7 +436,7 @@ class History:
         if not days or days <= 0:
             return 0
         cutoff = (now or time.time()) - days * 86400.0
-        with self.transaction():
+        with self._writing(), self.transaction():
             count = self.db.execute("DELETE FROM runs WHERE ts < ?", (cutoff,)).rowcount
             self.db.execute("DELETE FROM gpus WHERE last_ts < ? AND id NOT IN (SELECT gpu FROM gpu_runs) "
                             "AND id NOT IN (SELECT gpu FROM baselines)", (cutoff,))

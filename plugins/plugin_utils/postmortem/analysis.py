@@ -82,19 +82,19 @@ def analyse(hosts, **options):
     flight = None
     if items or skipped:
         flight = analyse_dumps(items, opts["world_size"], workers=opts["workers"], max_bytes=opts["max_dump_bytes"],
-                               max_seconds=opts["max_dump_seconds"], max_memory=opts["max_memory_bytes"])
-        for rank, host in dump_hosts.items():
-            for refused in flight["refused"]:
-                if refused["rank"] == rank:
-                    refused["host"] = host
-        flight["refused"].extend(s for s in skipped if not s.get("stale"))
+                               max_seconds=opts["max_dump_seconds"], max_memory=opts["max_memory_bytes"],
+                               unread=[s for s in skipped if not s.get("stale")])
+        for refused in flight["refused"]:
+            refused.setdefault("host", dump_hosts.get(refused["rank"]))
         if window["basis"] is None:
             window = logs.job_window(good, opts["since"], opts["until"], flight, opts["pre_s"], opts["post_s"])
     world, world_basis = _world_size(opts, flight, good)
     merged = logs.merge(good, window["since"], window["until"])
     log_result = logs.analyse(merged, world)
+    # A rank's dump file is written on its own node: a refused one still says where the rank ran.
     used = [(rank, host) for rank, host in dump_hosts.items()
             if rank in set((flight or {}).get("ranks_with_dump") or [])]
+    used += [(r["rank"], r["host"]) for r in (flight or {}).get("refused") or [] if r.get("host")]
     ranks = topology.rank_map(good, merged, used)
     if len(bad) == 1 and world:
         topology.assign_by_elimination(ranks, world, next(iter(bad)))

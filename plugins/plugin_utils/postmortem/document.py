@@ -77,7 +77,8 @@ def _flight(result):
     if not flight:
         return None
     groups = [{k: g[k] for k in ("key", "name", "desc", "stuck_seq", "stuck_op", "never_joined", "not_started",
-                                  "missing_dump", "mismatch")} | {"size": len(g["members"])} for g in flight["groups"]]
+                                  "missing_dump", "refused_dump", "mismatch")} | {"size": len(g["members"])}
+              for g in flight["groups"]]
     return {"ranks_with_dump": flight["ranks_with_dump"], "versions": flight["versions"], "groups": groups,
             "root_group": flight["root_group"], "first_mismatch": flight["first_mismatch"],
             "refused": flight["refused"], "problems": flight["problems"]}
@@ -110,7 +111,8 @@ def build(result, run_id, created=None):
                     "timeouts": result["logs"].get("timeouts") or 0},
         "ranks": rows, "hardware": _issues(result), "flight": flight,
         "logs": {k: result["logs"][k] for k in ("culprit", "silent_ranks", "ranks_reporting", "timeouts",
-                                                 "timed_out_seqs", "ops", "heartbeat_kills", "desync", "backends")}
+                                                 "timed_out_seqs", "ops", "heartbeat_kills", "desync", "backends",
+                                                 "named")}
         | {"counts": result["merged_counts"], "evidence": result["log_evidence"]},
         "hosts": [{"host": h, "evidence": h in result["hosts_ok"], "reason": result["hosts_without_evidence"].get(h),
                    "errors": list(result["errors"].get(h) or []), "clock_skew_s": result["clock"].get(h)}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 
-STRENGTH = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1}
+STRENGTH = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1, "refused_dump": 1}
 
 
 class FlightAccumulator:
@@ -103,9 +103,12 @@ class FlightAccumulator:
             if pg is not None:
                 status[rank] = {"last_enqueued": pg["last_enqueued"], "last_started": pg["last_started"],
                                 "last_completed": pg["last_completed"], "source": pg["status_source"]}
-        missing = [r for r in members if r not in status]
+        refused = {item["rank"] for item in self.refused}
+        # A rank whose dump exists but could not be read is refused, not missing: it did dump.
+        missing = [r for r in members if r not in status and r not in refused]
         group = {"key": key, "name": name, "desc": desc, "members": members, "status": status,
-                 "missing_dump": missing, "stuck_seq": None, "stuck_op": None, "stuck_created_ns": None,
+                 "missing_dump": missing, "refused_dump": [r for r in members if r not in status and r in refused],
+                 "stuck_seq": None, "stuck_op": None, "stuck_created_ns": None,
                  "timeout_ms": None, "never_joined": [], "not_started": [], "mismatch": None, "culprits": []}
         known = [s for s in status.values() if s["last_completed"] is not None and s["last_enqueued"] is not None]
         if not known:
@@ -174,13 +177,20 @@ class FlightAccumulator:
                             "frames": at[rank]["frames"],
                             "reason": "rank %d enqueued collective #%d of process group %s but its GPU never started "
                                       "it, while the other ranks' GPUs did" % (rank, seq, label)})
-        if not out and group["missing_dump"]:
+        if not out:
             for rank in group["missing_dump"]:
                 out.append({"rank": rank, "pg": label, "seq": seq, "op": group["stuck_op"], "basis": "missing_dump",
                             "frames": [],
                             "reason": "rank %d left no dump while every rank that did joined collective #%d of "
                                       "process group %s: its process died or hung before it could dump"
                                       % (rank, seq, label)})
+            why = {item["rank"]: item["error"] for item in reversed(self.refused)}
+            for rank in group["refused_dump"]:
+                out.append({"rank": rank, "pg": label, "seq": seq, "op": group["stuck_op"], "basis": "refused_dump",
+                            "frames": [],
+                            "reason": "rank %d's dump could not be read (%s) while every rank whose dump was read "
+                                      "joined collective #%d of process group %s: what rank %d did is not known from "
+                                      "the dumps" % (rank, why.get(rank), seq, label, rank)})
         return out
 
     def _first_mismatch(self):
@@ -287,8 +297,10 @@ def _parallel(jobs, read, workers, limits, costs):
     return run()
 
 
-def analyse_dumps(items, world_size=None, read=None, workers=0, **limits):
+def analyse_dumps(items, world_size=None, read=None, workers=0, unread=(), **limits):
     """items: iterable of (rank, name, bytes or callable returning bytes). Returns the analysis dict; never raises.
+    unread: [{rank, file, host, error}] dumps that exist but were not sent (too large, outside the limits): refused
+    like the ones the reader refuses, never counted as missing.
 
     Bytes are read and dropped one dump at a time, so a callable keeps a large job's dumps out of memory until used.
     workers > 1 reads dumps in that many child processes (the action uses the CPUs of the controller); a pool that
@@ -298,6 +310,7 @@ def analyse_dumps(items, world_size=None, read=None, workers=0, **limits):
 
     read = read or read_dump
     acc = FlightAccumulator()
+    acc.refused.extend(dict(u) for u in unread or ())
     items = list(items)
     done, costs = set(), {}
     parallel = workers and workers > 1 and len(items) >= 16  # a pool costs a start-up: not worth it for a few dumps

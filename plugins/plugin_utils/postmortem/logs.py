@@ -10,12 +10,14 @@ Nodes parse their own logs (module_utils/torch_watchdog via job_evidence) and se
 - merge(): every event of every node inside the window, tagged with its host; events without a time are kept
   (torch <= 2.3 prints none) and counted.
 - analyse(): the culprit from the merged evidence with torch_watchdog.find_culprit (a rank behind in its group, a
-  rank that ran another collective, a rank that never reported, a rank that timed out on an earlier sequence).
+  rank that ran another collective, a rank that never reported, a rank that timed out on an earlier sequence), and
+  the ranks torch's desync report, NCCL's RAS status and torch's flight-recorder analyzer name (reports.named).
 """
 
 from __future__ import annotations
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_watchdog import find_culprit
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import reports
 
 CLUSTER_S = 120.0
 KINDS = ("timeouts", "pg_status", "heartbeat_kills", "desync", "terminate", "agent_failures", "oom")
@@ -78,7 +80,7 @@ def merge(hosts, since=None, until=None):
     """Events of every host's logs inside [since, until] (untimed events kept), each with its host."""
     merged = {kind: [] for kind in KINDS}
     merged.update({"elastic": [], "local_ranks": {}, "ranks_by_host": {}, "outside_window": 0, "untimed": 0,
-                   "streams": 0, "lines_read": 0, "evidence": {}})
+                   "streams": 0, "lines_read": 0, "evidence": {}, "desync_reports": [], "ras": [], "fr_analysis": []})
     for host, evidence in sorted(hosts.items()):
         for _log, parsed in _streams(evidence):
             merged["streams"] += 1
@@ -109,7 +111,25 @@ def merge(hosts, since=None, until=None):
                     continue
             lines = [line for line in parsed.get("evidence") or [] if isinstance(line, str)]
             merged["evidence"].setdefault(host, []).extend(lines[:40])
+            _reports(merged, parsed, host, since, until)
     return merged
+
+
+def _reports(merged, parsed, host, since, until):
+    """The other formats of the same stream (job_sources.parse_job_lines): the desync report is cut to the window
+    where it has a time; the RAS status and the analyzer's output are read whole (the operator ran them on the hang)."""
+    for report in (parsed.get("desync_reports") or {}).get("reports") or []:
+        when = report.get("time") if isinstance(report, dict) else None
+        if not isinstance(report, dict) or (isinstance(when, (int, float)) and (
+                (since is not None and when < since) or (until is not None and when > until))):
+            continue
+        merged["desync_reports"].append(dict(report, host=host))
+    ras = parsed.get("ras")
+    if isinstance(ras, dict) and (ras.get("communicators") or ras.get("dead")):
+        merged["ras"].append(dict(ras, host=host))
+    for block in (parsed.get("fr_analysis") or {}).get("collectives") or []:
+        if isinstance(block, dict):
+            merged["fr_analysis"].append(dict(block, host=host))
 
 
 def analyse(merged, world_size=None):
@@ -138,4 +158,5 @@ def analyse(merged, world_size=None):
                             for k in merged["heartbeat_kills"]][:64],
         "desync": merged["desync"][:16],
         "backends": sorted({t.get("backend") for t in timeouts if t.get("backend")}),
+        "named": reports.named(merged)[:256],
     }

@@ -3,8 +3,9 @@
 """One verdict for the hung job, its confidence, and the findings (pure, stdlib only).
 
 Candidates are ranks named by the dumps (never joined the stuck collective, ran another collective, GPU never started
-it, left no dump) and by the logs (behind in its group, another collective at the same sequence, silent, earlier
-sequence). A rank named by both scores higher. Then the join: the rank's GPU, that GPU's hardware issue in the window.
+it, left no dump, left a dump that could not be read) and by the logs (behind in its group, another collective at the
+same sequence, silent, earlier sequence; torch's desync report, NCCL's RAS status, torch's flight-recorder analyzer).
+A rank named by both scores higher. Then the join: the rank's GPU, that GPU's hardware issue in the window.
 Confidence:
   high    the rank is proven (dumps or process-group status) and the cause is in evidence: a hardware issue on its
           GPU, or the mismatched collective with the code location from the dumps;
@@ -20,8 +21,11 @@ from __future__ import annotations
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import rel_text, weight
 
 CHECK = "job_postmortem"
-SCORES = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1,
-          "pg_status": 2, "op_mismatch": 2, "silent": 1, "earlier_seq": 1}
+SCORES = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1, "refused_dump": 1,
+          "pg_status": 2, "op_mismatch": 2, "silent": 1, "earlier_seq": 1,
+          # what torch's desync report, NCCL's RAS and torch's analyzer name (reports.py)
+          "fr_missing": 3, "fr_mismatch": 2, "desync_report": 2, "ras_behind": 2, "ras_missing": 2}
+MISMATCH_BASES = ("mismatch", "op_mismatch", "fr_mismatch")
 LEVELS = ("none", "low", "medium", "high")
 
 
@@ -51,12 +55,15 @@ def candidates(flight, logs):
             # The logs cannot tell silent ranks apart: each of them is as suspect as the first.
             named = [(r, "silent", "rank %d reported no timeout while the others timed out waiting (%d ranks silent)"
                       % (r, len(silent))) for r in silent[:64]]
+    named += [(n["rank"], n["basis"], n["reason"]) for n in (logs or {}).get("named") or []
+              if isinstance(n.get("rank"), int)]
     for rank, basis, reason in named:
         c = found.setdefault(rank, {"rank": rank, "score": 0, "bases": [], "reasons": [], "frames": [], "op": None,
                                     "seq": None, "sources": set()})
         c["score"] = max(c["score"], SCORES.get(basis, 1))
-        c["bases"].append(basis)
-        c["reasons"].append(reason)
+        if reason not in c["reasons"]:
+            c["bases"].append(basis)
+            c["reasons"].append(reason)
         c["sources"].add("logs")
     for c in found.values():
         if len(c["sources"]) == 2 and c["score"] >= 2:
@@ -125,12 +132,14 @@ def decide(cands, hw, window, unreachable=(), have_dumps=False):
         verdict["message"] = "%s: %s (%s); %s stopped the job: %s" % (
             _where(lead), what, issue["description"], ", ".join(_rank_text(c) for c in top), reasons[0])
         verdict["action"] = issue["action"]
-    elif "mismatch" in lead["bases"] or "op_mismatch" in lead["bases"]:
+    elif any(b in MISMATCH_BASES for b in lead["bases"]):
         frames = lead.get("frames") or []
         verdict.update({"kind": "software", "confidence": "high" if frames and not tie else "medium"})
         at = frames[0] if frames else "the collective call of %s (no dump frames: enable the flight recorder)" % \
             _rank_text(lead)
-        verdict["message"] = "no hardware evidence: mismatched collective in your code at %s; %s" % (at, reasons[0])
+        said = next((r for b, r in zip(lead["bases"], lead["reasons"], strict=True) if b in MISMATCH_BASES),
+                    reasons[0])
+        verdict["message"] = "no hardware evidence: mismatched collective in your code at %s; %s" % (at, said)
         verdict["action"] = ("fix the training code so that every rank calls the same collectives in the same order "
                              "(%s calls %s there); TORCH_DISTRIBUTED_DEBUG=DETAIL reports such a mismatch at the "
                              "call instead of a timeout" % (_rank_text(lead), lead.get("op") or "another collective"))

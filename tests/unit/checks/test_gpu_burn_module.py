@@ -116,6 +116,25 @@ def test_timeout_kills_the_whole_process_group(hanging_tool, no_leftovers):
     no_leftovers()
 
 
+def test_workers_killed_by_cuda_802_are_the_fabric_not_a_missing_progress(standin, contract):
+    tool = standin("gpu_burn", "gpu_burn", "terminate_802_loop.log", rc=134)
+    result = run_module("gpu_burn", {"executable": str(tool.path), "duration": 60, "expected_gpus": 2},
+                        env={"PATH": SAFE_PATH})
+    assert result["verdict"] == "fail" and not result.get("failed")
+    assert [(e["code"], e["count"]) for e in result["cuda_errors"]] == [(802, 1), (304, 3)]
+    judge, t, kwargs = _burn_judge(result)
+    assert [f["code"] for f in contract("gpu_burn", result, judge, t, **kwargs)] == ["BURN_FABRIC_NOT_READY"]
+    assert "error 802" in result["reasons"][0]
+
+
+def test_a_burn_hung_after_cuda_802_is_killed_and_names_the_fabric(hanging_tool):
+    path = hanging_tool("gpu_burn", "  what():  Error (gpu_burn-drv.cpp:298): system not yet initialized")
+    result = run_module("gpu_burn", {"executable": str(path), "duration": 600, "timeout": 2}, timeout=60)
+    assert result["tool"]["timed_out"] is True and result["verdict"] == "fail"
+    assert [e["code"] for e in result["cuda_errors"]] == [802]
+    assert "error 802" in result["reasons"][0] and "killed at its timeout" in result["reasons"][0]
+
+
 def test_garbage_output_is_error_with_evidence(standin, contract):
     tool = standin("gpu_burn", "gpu_burn", "garbage.txt", rc=139)
     result = run_module("gpu_burn", {"executable": str(tool.path), "duration": 5})

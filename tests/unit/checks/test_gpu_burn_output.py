@@ -25,7 +25,8 @@ def observations(parsed, rc=0):
         "last_percent": parsed["last_percent"], "init_failures": parsed["init_failures"],
         "compute_failures": parsed["compute_failures"], "cuda_failures": parsed["cuda_failures"],
         "aborted": parsed["aborted"], "unparsed": parsed["unparsed"], "problems": parsed["problems"],
-        "start_missing": start_missing(parsed),
+        "start_missing": start_missing(parsed), "cuda_errors": parsed.get("cuda_errors", []),
+        "terminated": parsed.get("terminated", []),
     }
 
 
@@ -127,6 +128,50 @@ def test_no_progress_frames_is_error_not_pass(fixture_text):
     assert [g["final"] for g in parsed["gpus"]] == ["OK", "OK"]
     assert judged["verdict"] == "error" and _codes(findings) == [("BURN_NOT_RUN", None)]
     assert any("no progress frames" in r for r in judged["reasons"])
+
+
+def test_cuda_802_in_terminate_lines_is_the_fabric_not_a_missing_progress(fixture_text):
+    """gpu_burn's workers die of an uncaught CUDA error (`terminate called after throwing an instance of
+    'std::runtime_error'` / `what():  Error (gpu_burn-drv.cpp:298): system not yet initialized`) and it loops: the
+    burn is CUDA error 802, the fabric manager on an NVSwitch machine, not "no progress frames"."""
+    parsed, findings, judged = _run(fixture_text, "terminate_802_loop.log", expected_gpus=2)
+    errors = {(e["code"], e["name"], e["where"]): e["count"] for e in parsed["cuda_errors"]}
+    assert errors == {(802, "CUDA_ERROR_SYSTEM_NOT_READY", "gpu_burn-drv.cpp:298"): 1,
+                      (304, "CUDA_ERROR_OPERATING_SYSTEM", "gpu_burn-drv.cpp:298"): 3}
+    assert parsed["terminated"] == [{"line": "terminate called after throwing an instance of 'std::runtime_error'",
+                                     "count": 4}]
+    assert parsed["unparsed"]["count"] == 0
+    assert _codes(findings) == [("BURN_FABRIC_NOT_READY", None)] and judged["verdict"] == "fail"
+    f = findings[0]
+    assert "error 802" in f["message"] and "fabric manager" in f["action"] and "nvidia-fabricmanager" in f["action"]
+    assert "what():  Error (gpu_burn-drv.cpp:298): system not yet initialized" in f["evidence"]
+    assert not any("no progress frames" in r for r in judged["reasons"])
+
+
+def test_cuda_802_when_cuda_init_fails_is_the_fabric_too(fixture_text):
+    parsed, findings, _judged = _run(fixture_text, "init_cuda_802.log", expected_gpus=2)
+    assert [(e["code"], e["where"]) for e in parsed["cuda_errors"]] == [(802, "gpu_burn-drv.cpp:304"),
+                                                                        (3, "gpu_burn-drv.cpp:112")]
+    assert _codes(findings) == [("BURN_FABRIC_NOT_READY", None)]
+    assert "Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): system not yet initialized" in findings[0]["evidence"]
+
+
+def test_a_burn_hung_in_its_802_loop_and_killed_still_names_the_fabric(fixture_text):
+    """gpu_burn loops after its workers die of error 802 (wilicc/gpu-burn#92): the module kills it at its timeout,
+    and the lines it printed until then still say why."""
+    obs = observations(parse_gpu_burn(fixture_text("gpu_burn", "terminate_802_loop.log")))
+    obs["tool"].update(timed_out=True, rc=None, duration_s=725.0)
+    findings = judge_gpu_burn.judge(obs, {}, HOST, expected_gpus=2)
+    assert _codes(findings) == [("BURN_FABRIC_NOT_READY", None)]
+    assert "killed at its timeout" in findings[0]["message"]
+
+
+def test_an_uncaught_string_exception_is_a_crash_not_a_missing_progress(fixture_text):
+    parsed, findings, judged = _run(fixture_text, "terminate_std_string.log", expected_gpus=1)
+    assert [t["line"].split("'")[1][:10] for t in parsed["terminated"]] == ["std::__cxx", "std::strin"]
+    assert parsed["unparsed"]["count"] == 0
+    assert _codes(findings) == [("BURN_NOT_RUN", None)] and judged["verdict"] == "error"
+    assert "gpu_burn crashed" in findings[0]["message"] and "std::string" in " ".join(findings[0]["evidence"])
 
 
 def test_all_workers_dead_aborts(fixture_text):

@@ -72,6 +72,12 @@ def test_exit_codes():
     assert commands.exit_code(nodes("pass", "warn"), fail_on_warn=True) == 1
     assert commands.exit_code(nodes("warn", "error")) == 2 and commands.exit_code(nodes("unreachable")) == 2
     assert commands.exit_code({"nodes": []}) == 3
+    # A run the history did not record is not a plain pass; a failing node still says 2 first.
+    not_recorded = {"error": "this run is NOT recorded: history h: is damaged"}
+    assert commands.exit_code(dict(nodes("pass", "warn"), history=not_recorded), fail_on_warn=True) == 4
+    assert commands.exit_code(dict(nodes("pass"), history=not_recorded)) == 4
+    assert commands.exit_code(dict(nodes("pass", "fail"), history=not_recorded)) == 2
+    assert commands.exit_code(dict(nodes("pass"), history={"error": None})) == 0
     assert commands.with_localhost("n1,n2") == "n1,n2,localhost" and commands.with_localhost("n1,localhost") == \
         "n1,localhost" and commands.with_localhost(None) is None
     assert commands.sparkline([0, 5, 10, None, 10]) == "▁▄█ █"
@@ -130,6 +136,37 @@ def test_history_of_a_missing_store_could_not_run(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 3 and "does not exist yet" in proc.stderr
     assert time.time() - started < 60
+
+
+def test_history_of_a_damaged_file_says_damaged_instead_of_reading_it(tmp_path):
+    import subprocess
+
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import FILE_NAME
+    from helpers.history_files import garbage_in_the_middle, healthy_history
+
+    path = healthy_history(tmp_path / "history" / FILE_NAME)
+    damaged = garbage_in_the_middle(path)
+    for argv in (["history"], ["history", "n1"], ["history", "--export", "csv"]):
+        proc = subprocess.run(_gpufleet(*argv, "--report-dir", str(tmp_path)), cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 3 and "is damaged (PRAGMA quick_check" in proc.stderr, (argv, proc.stderr)
+        assert "restore it from a backup" in proc.stderr and proc.stdout == ""
+    assert path.read_bytes() == damaged
+
+
+def test_the_report_shows_a_run_the_history_did_not_record(tmp_path):
+    from gpufleet_cli.main import show_report
+
+    doc = {"run_id": "20261201T000000Z-abcdef", "playbook": "audit", "nodes": [
+        {"host": "n1", "verdict": "pass", "stage": "done", "worst": None, "action": None}],
+        "summary": {"gate": {"fail_on": "fail", "failed": False, "nodes": []}},
+        "history": {"enabled": True, "path": "h", "error": "this run is NOT recorded: history h: is damaged"}}
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    console = Console(record=True, width=200, color_system=None)
+    show_report(tmp_path, console)
+    assert "History: this run is NOT recorded: history h: is damaged" in console.export_text()
+    assert commands.exit_code(doc) == 4
 
 
 def test_history_of_a_gpu_the_fleet_and_an_export(tmp_path):

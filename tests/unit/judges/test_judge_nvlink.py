@@ -117,6 +117,99 @@ def test_a_gpu_that_did_not_register_while_the_fabric_manager_runs():
     assert "journalctl -u nvidia-fabricmanager" in f["action"]
 
 
+HEALTHY = {"fabric_health_summary": "Healthy", "fabric_health_bandwidth": "Full",
+           "fabric_health_route_recovery": "False", "fabric_health_route_unhealthy": "False",
+           "fabric_health_access_timeout_recovery": "False", "fabric_health_incorrect_configuration": "None"}
+
+
+def test_a_registered_gpu_whose_fabric_health_is_unhealthy_fails():
+    """State Completed and Status Success, but the driver's fabric health says Unhealthy (a route is unhealthy):
+    the GPU is on the fabric and still cannot be trusted with NVLink traffic."""
+    read = hgx()
+    for gpu in read["gpus"]:
+        gpu.update(HEALTHY)
+    read["gpus"][5].update({"fabric_health_summary": "Unhealthy", "fabric_health_route_unhealthy": "True"})
+    found = judge(read)
+    assert codes(found) == [("FABRIC_HEALTH_UNHEALTHY", 5)]
+    f = found[0]
+    assert f["severity"] == "fail" and f["pci"] == "0000:1d:00"
+    assert "fabric health is Unhealthy" in f["message"] and "route unhealthy" in f["message"]
+    assert "Summary=Unhealthy" in " ".join(f["evidence"]) and "nvidia-smi nvlink" in f["action"]
+
+
+def test_fabric_health_of_older_drivers_summary_only_and_a_degraded_bandwidth():
+    read = hgx()
+    read["gpus"][0].update({"fabric_health_summary": "Unhealthy", "fabric_health_bandwidth": "Full"})
+    read["gpus"][3].update(dict(HEALTHY, fabric_health_summary="Limited Capacity",
+                                fabric_health_bandwidth="Degraded"))
+    read["gpus"][4].update(dict(HEALTHY, fabric_health_summary="Unhealthy", fabric_health_route_recovery="True"))
+    read["gpus"][6].update(dict(HEALTHY, fabric_health_summary=None,
+                                fabric_health_incorrect_configuration="Insufficient Nvlinks"))
+    found = judge(read)
+    assert codes(found) == [("FABRIC_HEALTH_UNHEALTHY", 0), ("FABRIC_BANDWIDTH_DEGRADED", 3),
+                            ("FABRIC_HEALTH_UNHEALTHY", 4), ("FABRIC_HEALTH_UNHEALTHY", 6)]
+    assert "rerun" in found[2]["action"] and "route recovery in progress" in found[2]["message"]
+    assert "incorrect configuration Insufficient Nvlinks" in found[3]["message"]
+    assert "Limited Capacity" in found[1]["message"]
+    # A GPU that did not register at all is said once, as not registered: its health is evidence of that.
+    read = hgx()
+    read["gpus"][2].update({"fabric_status": "Insufficient Resources", "fabric_health_summary": "Unhealthy",
+                            "fabric_health_bandwidth": "Degraded"})
+    assert codes(judge(read)) == [("FABRIC_STATE_INCOMPLETE", 2)]
+
+
+MISMATCH_LINE = ("fabric manager NVIDIA GPU driver interface version 570.148.08 don't match with driver version "
+                 "570.172.08. Please update with matching NVIDIA driver package.")
+NOTHING_TO_DO_LINE = ("request to query NVSwitch device information from NVSwitch driver failed with error:WARNING "
+                      "Nothing to do [NV_WARN_NOTHING_TO_DO]")
+
+
+def journal(*events):
+    return {"read": True, "error": None, "lines": 5, "events": list(events)}
+
+
+def test_the_fabric_managers_journal_names_a_version_mismatch_the_packages_do_not_show():
+    """A fabric manager that is no dpkg package (an RPM machine, a driver container): its own journal line says it
+    exited for a version mismatch, with both versions, and the fix follows from them exactly."""
+    read = hgx(active="failed", fabric=("in_progress", None))
+    fm = read["fabric_manager"]
+    fm.update({"package": None, "version": None, "upstream_version": None, "nscq_package": None, "nscq_version": None,
+               "errors": ["dpkg-query not found: the installed package versions are unknown"],
+               "journal": journal({"kind": "driver_version_mismatch", "fabric_manager_version": "570.148.08",
+                                   "driver_version": DRIVER, "line": MISMATCH_LINE, "at": 1000.0})})
+    found = judge(read)
+    mismatch = only(found, "FABRIC_MANAGER_VERSION_MISMATCH")
+    assert "570.148.08" in mismatch["message"] and "570.172.08" in mismatch["message"]
+    assert "at exactly the driver's version 570.172.08" in mismatch["action"]
+    assert MISMATCH_LINE in mismatch["evidence"]
+    assert only(found, "FABRIC_MANAGER_STOPPED") and not [f for f in found if f["code"] == "FABRIC_MANAGER_MISSING"]
+
+
+def test_a_mismatch_the_fabric_manager_logged_before_it_was_fixed_is_no_finding():
+    read = hgx()  # active now, at the driver's version: the journal's older mismatch line is history
+    read["fabric_manager"]["journal"] = journal({"kind": "driver_version_mismatch", "fabric_manager_version":
+                                                 "570.148.08", "driver_version": DRIVER, "line": MISMATCH_LINE,
+                                                 "at": 900.0})
+    assert judge(read) == []
+
+
+def test_nothing_to_do_on_a_machine_without_nvswitches_is_not_a_fault():
+    """An NVLink-bridge (or direct NVLink) machine with the fabric manager installed: it exits with
+    NV_WARN_NOTHING_TO_DO because there is no NVSwitch to manage, which is right."""
+    read = hgx(nvswitch=False, active="failed")
+    read["fabric_manager"]["journal"] = journal({"kind": "no_nvswitch", "line": NOTHING_TO_DO_LINE, "at": 1.0})
+    assert judge(read) == []
+
+
+def test_nothing_to_do_on_an_nvswitch_machine_says_why_the_fabric_manager_stopped():
+    read = hgx(active="failed", fabric=("in_progress", None))
+    read["platform"].update({"nvlink5": True, "generation": "nvlink5"})
+    read["fabric_manager"]["journal"] = journal({"kind": "no_nvswitch", "line": NOTHING_TO_DO_LINE, "at": 1.0})
+    stopped = only(judge(read), "FABRIC_MANAGER_STOPPED")
+    assert "NV_WARN_NOTHING_TO_DO" in stopped["message"] and "NVLSM" in stopped["action"]
+    assert NOTHING_TO_DO_LINE in stopped["evidence"]
+
+
 def test_fabric_manager_state_unreadable_is_an_error_not_a_pass():
     read = hgx(fm_installed=False, active=None)
     read["fabric_manager"].update(load_state=None, errors=["systemctl not found: the service state is unknown"])

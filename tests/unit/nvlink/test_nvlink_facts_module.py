@@ -55,6 +55,39 @@ def test_a_healthy_hgx(tmp_path):
     assert judge_nvlink.judge(facts, DEFAULTS, "node01") == []
 
 
+def test_a_registered_gpu_with_an_unhealthy_fabric(tmp_path):
+    """Every GPU Completed with Success, GPU 5's fabric health Unhealthy (route unhealthy): read and judged."""
+    facts, _ = read(tmp_path, "hgx_fabric_unhealthy")
+    gpu5 = facts["gpus"][5]
+    assert (gpu5["fabric_state"], gpu5["fabric_status"], gpu5["fabric_health_summary"],
+            gpu5["fabric_health_route_unhealthy"]) == ("completed", "Success", "Unhealthy", "True")
+    assert facts["gpus"][0]["fabric_health_summary"] == "Healthy"
+    found = judge_nvlink.judge(facts, DEFAULTS, "node01")
+    assert [(f["code"], f["gpu"]) for f in found] == [("FABRIC_HEALTH_UNHEALTHY", 5)]
+
+
+def test_the_fabric_managers_journal_says_why_it_exited(tmp_path):
+    """The daemon at another version than the driver exits at start; its journal line names both versions."""
+    facts, result = read(tmp_path, "hgx_fabric_manager_mismatch")
+    journal = facts["fabric_manager"]["journal"]
+    assert journal["read"] and journal["error"] is None and journal["lines"] == 5
+    (event,) = journal["events"]
+    assert (event["kind"], event["fabric_manager_version"], event["driver_version"]) == (
+        "driver_version_mismatch", "570.148.08", "570.133.20")
+    argv = next(c["argv"] for c in result["nvidia_smi"]["calls"] if c["argv"][0].endswith("journalctl"))
+    assert argv[1:6] == ["-u", "nvidia-fabricmanager", "-b", "-n", "300"]
+    found = judge_nvlink.judge(facts, DEFAULTS, "node01")
+    mismatch = next(f for f in found if f["code"] == "FABRIC_MANAGER_VERSION_MISMATCH")
+    assert event["line"] in mismatch["evidence"] and "570.133.20" in mismatch["action"]
+
+
+def test_nothing_to_do_on_a_machine_without_nvswitches_is_read_and_not_a_fault(tmp_path):
+    facts, _ = read(tmp_path, "v100_fabric_manager_not_needed")
+    assert facts["fabric_manager"]["active_state"] == "failed" and not facts["platform"]["nvswitch"]
+    assert [e["kind"] for e in facts["fabric_manager"]["journal"]["events"]] == ["no_nvswitch"]
+    assert judge_nvlink.judge(facts, DEFAULTS, "node01") == []
+
+
 def test_fabric_manager_stopped(tmp_path):
     facts, _ = read(tmp_path, "hgx_fabric_manager_stopped")
     assert facts["fabric_manager"]["active_state"] == "inactive"

@@ -141,6 +141,7 @@ def test_topo_broken_inputs_are_problems():
     ("q_fabric_old_driver.txt", ("completed", "Success", None, None, None)),
     ("q_fabric_in_progress.txt", ("in_progress", None, None, None, None)),
     ("q_fabric_insufficient_resources.txt", ("completed", "Insufficient Resources", "0", "Degraded", "Unhealthy")),
+    ("q_fabric_health_limited.txt", ("completed", "Success", "0", "Degraded", "Limited Capacity")),
     ("q_fabric_pcie_na.txt", (None, None, None, None, None)),
     ("q_fabric_gb200_not_supported.txt", (None, "Success", None, None, None)),
 ])
@@ -150,6 +151,24 @@ def test_fabric_section_of_q(name, expected):
     assert (fabric["state"], fabric["status"], fabric["clique_id"], fabric["health_bandwidth"],
             fabric["health_summary"]) == expected
     assert fabric["raw"]["state"]  # the raw value is kept as evidence
+
+
+def test_fabric_health_conditions_of_q():
+    """The Health block as current drivers print it (Summary, Bandwidth and the route and configuration rows): each
+    condition read, healthy and unhealthy GPUs told apart."""
+    gpus = parse_q(read("q_fabric_health_unhealthy.txt"))["gpus"]
+    healthy, unhealthy = (q_fabric(g["entries"]) for g in gpus)
+    assert (healthy["health_summary"], healthy["health_route_unhealthy"], healthy["health_incorrect_configuration"]) \
+        == ("Healthy", "False", "None")
+    assert (unhealthy["state"], unhealthy["status"], unhealthy["health_summary"]) == ("completed", "Success",
+                                                                                      "Unhealthy")
+    assert (unhealthy["health_route_recovery"], unhealthy["health_route_unhealthy"],
+            unhealthy["health_access_timeout_recovery"], unhealthy["health_partition_assigned"]) == \
+        ("False", "True", "False", None)
+    assert unhealthy["raw"]["health_route_unhealthy"] == "True"
+    older = q_fabric(parse_q(read("q_fabric_health_summary_only.txt"))["gpus"][0]["entries"])
+    assert (older["health_summary"], older["health_bandwidth"], older["health_route_unhealthy"]) == \
+        ("Unhealthy", "Full", None)
 
 
 def test_fabric_state_names():

@@ -182,3 +182,46 @@ def test_the_nodes_inventory_thresholds_reach_the_judge():
     v = r["verdict"]
     assert v["kind"] == "hardware" and v["action"].startswith("replace the card (RMA)")
     assert [(i["kind"], i["code"]) for i in r["hardware"]["node03"]] == [("rma", "XID_RMA")]
+
+
+REFUSED = b"cos\nsystem\n(S'echo pwned'\ntR."  # a pickle the safe reader refuses (a GLOBAL opcode), never run
+
+
+def _refuse_dump(ev, host, rank):
+    for dump in ev[host]["dumps"]:
+        if dump["rank"] == rank:
+            dump.update(data_b64=base64.b64encode(REFUSED).decode(), bytes=len(REFUSED))
+
+
+def test_a_refused_dump_still_places_its_rank_and_is_refused_not_missing():
+    """The stuck rank's dump is refused and the rank printed nothing (it stopped): its dump FILE on node03 still says
+    where it ran, and it is said refused, never also "missing" nor "left no dump"."""
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import findings
+
+    job = copy.deepcopy(RISER_JOB)
+    job["stuck"]["rank"] = 23  # node03's last rank: no other source names its node
+    ev = fleet(job=job, T=T)
+    _refuse_dump(ev, "node03", 23)
+    r = analysis.analyse(ev)
+    v = r["verdict"]
+    assert (v["rank"], v["host"], v["local_rank"], v["gpu"], v["pci"]) == (23, "node03", 7, 7, "0000:e1:00"), v
+    assert "unknown node" not in v["message"] and "left no dump" not in v["message"]
+    assert "dump could not be read" in v["reasons"][0]
+    codes = [(f["code"], f["message"]) for f in findings.build(r)]
+    assert [c for c, _m in codes].count("DUMP_REFUSED") == 1
+    assert not [m for c, m in codes if c == "DUMP_MISSING"], codes
+
+
+def test_a_refused_dump_of_a_rank_whose_log_names_it_is_not_called_missing():
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import findings
+
+    job = copy.deepcopy(RISER_JOB)
+    job["stuck"].update(rank=23, mode="mismatch")  # it runs BROADCAST where the others run ALLREDUCE, and says so
+    ev = fleet(job=job, T=T)
+    _refuse_dump(ev, "node03", 23)
+    r = analysis.analyse(ev)
+    v = r["verdict"]
+    assert (v["rank"], v["host"], v["gpu"]) == (23, "node03", 7)
+    assert not any("left no dump" in reason for reason in v["reasons"]), v["reasons"]
+    assert any("BROADCAST" in reason for reason in v["reasons"])
+    assert not [f for f in findings.build(r) if f["code"] == "DUMP_MISSING"]

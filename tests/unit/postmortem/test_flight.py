@@ -53,7 +53,8 @@ def test_missing_and_truncated_dumps_leave_the_rest_analysed():
     assert a["ranks_with_dump"] == [0, 1, 3, 5, 6, 7]
     assert [(r["rank"], "truncated" in r["error"]) for r in a["refused"]] == [(4, True)]
     group = a["groups"][0]
-    assert group["missing_dump"] == [2, 4] and group["never_joined"] == [6]
+    # rank 4 dumped (its file is refused): refused, never also missing
+    assert group["missing_dump"] == [2] and group["refused_dump"] == [4] and group["never_joined"] == [6]
     assert [c["rank"] for c in a["culprits"]] == [6]
 
 

@@ -85,6 +85,19 @@ def test_markdown_has_every_node_and_the_table(doc, hosts):
     assert "replace/check PSU B" in table and "Gate (fail_on=fail): FAILED" in table
 
 
+def test_a_run_the_history_did_not_record_says_so_beside_the_gate_in_every_rendering(doc):
+    error = ("this run is NOT recorded: history /srv/h/gpufleet-history.sqlite3: is damaged (PRAGMA quick_check: "
+             "Page 38: btreeInitPage() returns error code 11); restore it from a backup")
+    broken = dict(json.loads(json.dumps(doc)), history={"enabled": True, "path": "/srv/h/gpufleet-history.sqlite3",
+                                                          "error": error, "recorded": False})
+    report.validate_report(broken)
+    assert "History: " + error in render_md.summary_table(broken).splitlines()
+    assert "History: " + error in render_md.render(broken)
+    assert 'id="history-error"' in render_html.render(broken) and "is damaged (PRAGMA quick_check" in \
+        render_html.render(broken)
+    assert "History:" not in render_md.summary_table(doc) and 'id="history-error"' not in render_html.render(doc)
+
+
 def test_html_is_self_contained_and_has_every_node(doc, hosts):
     html = render_html.render(doc)
     for host in hosts:

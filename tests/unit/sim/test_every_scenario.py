@@ -11,7 +11,7 @@ PREFIX = re.compile(r"^\[ *\d+\.\d{6}\] ")
 
 
 # HGX scenarios whose GPUs never registered with the NVLink fabric: every CUDA tool fails with error 802.
-FABRIC_NOT_READY = ("hgx_fabric_manager_stopped",)
+FABRIC_NOT_READY = ("hgx_fabric_manager_stopped", "hgx_fabric_manager_mismatch")
 
 
 @pytest.mark.parametrize("scenario", FABRIC_NOT_READY)
