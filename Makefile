@@ -74,7 +74,7 @@ integration: venv
 
 # The real test fleet (systemd-nspawn nodes over SSH): needs root, debootstrap, systemd-container, openssh-server.
 test-fleet: system-deps venv
-	$(BIN)/pytest -q --durations=15 -m fleet tests/fleet
+	$(BIN)/pytest -q -n $(FLEET_WORKERS) --dist loadgroup --durations=15 -m fleet tests/fleet
 
 # The suites in order, the fast ones first so that a failure shows in minutes; each one's time is printed, and the
 # table of all of them at the end (tests/output/suite-times.txt).

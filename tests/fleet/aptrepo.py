@@ -15,6 +15,7 @@ Built .debs are cached under the fleet cache (keyed by their inputs), so a warm 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -71,6 +72,26 @@ def _cached(d):
     return sorted(d.glob("*.deb")) if (d / ".complete").exists() else None
 
 
+def _once(final, build):
+    """The cached .debs of `final`, else build(tmp) them into a new directory that replaces it. Under a lock per entry:
+    test workers running at once (pytest-xdist) build an entry once and never read one another's half-written one."""
+    hit = _cached(final)
+    if hit is not None:
+        return hit
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / (".lock-" + final.name), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        hit = _cached(final)
+        if hit is not None:
+            return hit
+        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+        try:
+            build(tmp)
+            return _finish(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _finish(tmp, final, keep=3):
     (tmp / ".complete").write_text("")
     with contextlib.suppress(FileNotFoundError):
@@ -97,13 +118,8 @@ def build_spec(spec_dir, cache):
     if not shutil.which("equivs-build"):
         raise AptRepoError("equivs-build not found: apt-get install equivs")
     key = _tree_hash([spec_dir])
-    final = _cache_dir(cache, "spec-" + spec_dir.name, key)
-    hit = _cached(final)
-    if hit is not None:
-        return hit
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
-    try:
+
+    def build(tmp):
         work = tmp / "src"
         shutil.copytree(spec_dir, work)
         proc = subprocess.run(["equivs-build", "control"], cwd=work, capture_output=True, text=True, timeout=300)
@@ -116,9 +132,8 @@ def build_spec(spec_dir, cache):
         shutil.rmtree(work)
         if not list(tmp.glob("*.deb")):
             raise AptRepoError("equivs-build of %s produced no .deb" % spec_dir)
-        return _finish(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    return _once(_cache_dir(cache, "spec-" + spec_dir.name, key), build)
 
 
 # -------------------------------------------------------------------------------------------------- simulator package
@@ -131,13 +146,8 @@ def build_sim_deb(cache, src=None, base=None, version=None):
     if not src.is_dir():
         raise AptRepoError("no simulator sources at %s (sim/ not written yet?)" % src)
     key = _tree_hash([src], extra=str(base or ""))
-    final = _cache_dir(cache, SIM_PACKAGE, key)
-    hit = _cached(final)
-    if hit is not None:
-        return hit
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
-    try:
+
+    def build(tmp):
         root = tmp / "root"
         dest = root / SIM_PREFIX.lstrip("/")
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
@@ -149,7 +159,7 @@ def build_sim_deb(cache, src=None, base=None, version=None):
                 skipped.append(tool.name)
                 continue
             links.append(tool.name)
-        version = version or "0.1.0+%s" % key
+        deb_version = version or "0.1.0+%s" % key
         (root / "DEBIAN").mkdir()
         # The /usr/bin links are made by postinst, not shipped: a stand-in vendor package (nvidia-smi,
         # datacenter-gpu-manager-4-core ...) may own the same path, and dpkg refuses two packages owning one file.
@@ -171,14 +181,15 @@ def build_sim_deb(cache, src=None, base=None, version=None):
             "Description: kentino.gpufleet simulated GPU tools (test fleet only)\n"
             " Stand-ins for nvidia-smi, dcgmi, gpu_burn ... answering from a scenario file.\n"
             " Linked into /usr/bin unless a package already provides it: %s.\n Kept in %s/bin only: %s.\n"
-            % (SIM_PACKAGE, version, ", ".join(links) or "none", SIM_PREFIX, ", ".join(skipped) or "none"))
-        (tmp / "manifest.json").write_text(json.dumps({"links": links, "not_linked": skipped, "version": version}))
-        deb = tmp / ("%s_%s_all.deb" % (SIM_PACKAGE, version))
+            % (SIM_PACKAGE, deb_version, ", ".join(links) or "none", SIM_PREFIX, ", ".join(skipped) or "none"))
+        (tmp / "manifest.json").write_text(json.dumps({"links": links, "not_linked": skipped, "version": deb_version}))
+        deb = tmp / ("%s_%s_all.deb" % (SIM_PACKAGE, deb_version))
         _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
         shutil.rmtree(root)
-        return _finish(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    return _once(_cache_dir(cache, SIM_PACKAGE, key), build)
+
+
 
 
 def sim_manifest(debs):
@@ -198,13 +209,8 @@ def download_debian(names, base, cache, mirror=None, suite="bookworm", timeout=6
     mirror = mirror or DEFAULT_MIRROR
     names = sorted(set(names))
     key = hashlib.sha256(json.dumps([names, str(base), mirror, suite]).encode()).hexdigest()[:16]
-    final = _cache_dir(cache, "debian", key)
-    hit = _cached(final)
-    if hit is not None:
-        return hit
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
-    try:
+
+    def build(tmp):
         (tmp / "partial").mkdir()
         script = (
             "set -e; rm -f /etc/apt/sources.list.d/gpufleet.list; "
@@ -224,9 +230,10 @@ def download_debian(names, base, cache, mirror=None, suite="bookworm", timeout=6
         shutil.rmtree(tmp / "partial", ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             (tmp / "lock").unlink()
-        return _finish(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    return _once(_cache_dir(cache, "debian", key), build)
+
+
 
 
 # ----------------------------------------------------------------------------------------------------------- the repo

@@ -18,9 +18,14 @@ import aptrepo  # noqa: E402
 import harness  # noqa: E402
 from fleet_ansible import PlaybookRun, stop_live_runs  # noqa: E402
 
-FLEET_DIR = Path(os.environ.get("GPUFLEET_PYTEST_FLEET_DIR", "/var/tmp/gpufleet-pytest-fleet"))
-FLEET_PREFIX = os.environ.get("GPUFLEET_PYTEST_FLEET_PREFIX", "gpft")
-FLEET_SUBNET = os.environ.get("GPUFLEET_PYTEST_FLEET_SUBNET", "10.213.8")
+# Under pytest-xdist every worker that runs tests of the session fleet brings up its own (gw<N>: prefix gpft<N>,
+# subnet 10.213.<40+N>), so the files that share it run at once on different workers.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_N = int(WORKER[2:]) if WORKER.startswith("gw") and WORKER[2:].isdigit() else None
+FLEET_DIR = Path(os.environ.get("GPUFLEET_PYTEST_FLEET_DIR", "/var/tmp/gpufleet-pytest-fleet")
+                 + ("" if _N is None else "-gw%d" % _N))
+FLEET_PREFIX = os.environ.get("GPUFLEET_PYTEST_FLEET_PREFIX", "gpft") + ("" if _N is None else str(_N))
+FLEET_SUBNET = os.environ.get("GPUFLEET_PYTEST_FLEET_SUBNET", "10.213.8" if _N is None else "10.213.%d" % (40 + _N))
 FLEET_NODES = int(os.environ.get("GPUFLEET_PYTEST_FLEET_NODES", "4"))
 # Real Debian packages the roles install on nodes that have no network: served from the local repo.
 DEBIAN_PACKAGES = ("prometheus-node-exporter",)
@@ -30,6 +35,11 @@ REQUIRED_TOOLS = ("debootstrap", "systemd-nspawn", "ip", "ssh", "ssh-keygen", "e
 
 def pytest_collection_modifyitems(config, items):
     if "fleet" in (config.getoption("-m") or ""):
+        # Under pytest-xdist (--dist loadgroup) a file is one group unless its tests name their own (test_roles.py
+        # runs each node's story as a group): a file's module fleet is brought up once, on one worker.
+        for item in items:
+            if item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
         return
     skip = pytest.mark.skip(reason="real test fleet: run as root with `pytest -m fleet tests/fleet`")
     for item in items:

@@ -1,7 +1,8 @@
 """The provisioning roles for real, on test-fleet nodes (systemd, apt, SSH), with stand-in NVIDIA packages.
 
-Its own 4-node fleet (prefix gpfr), so the simulator package the other fleet tests install never meets the stand-in
-nvidia-smi/dcgmi packages (dpkg would refuse the file conflict). node0 takes the playbook with the molecule scenarios'
+Fleets of their own (prefix gpfr<i>), so the simulator package the other fleet tests install never meets the stand-in
+nvidia-smi/dcgmi packages (dpkg would refuse the file conflict): one single-node fleet per node story, each its own
+pytest-xdist group, so the stories run at once. node0 takes the playbook with the molecule scenarios'
 variables: check mode on the fresh node (no change, no failure), converge, idempotence (changed=0), then every role's
 molecule verify.yml. node1 takes the bad inputs first (nothing installed), then non-default variables. node2 and node3
 follow NVIDIA's driver branches through a repository update that adds branches 590 and 595 (NEWER_BRANCH_SPECS):
@@ -66,26 +67,42 @@ def build_fleet(dir, nodes, prefix, subnet):
     return fleet
 
 
+class Stories:
+    """Node i's story runs on a one-node fleet of its own (prefix gpfr<i>, subnet 10.213.<20+i>, its own repository),
+    built when a test first asks for it: the stories share nothing, so test workers run them at once."""
+
+    def __init__(self):
+        self.fleets = {}
+
+    def fleet(self, i):
+        if i not in self.fleets:
+            started = time.monotonic()
+            self.fleets[i] = build_fleet(FLEET_DIR / ("node%d" % i), 1, "gpfr%d" % i, "10.213.%d" % (20 + i))
+            print("role fleet of node %d up in %.1f s" % (i, time.monotonic() - started))
+        return self.fleets[i]
+
+    def owner(self, name):
+        return next(f for f in self.fleets.values() if f.nodes[0].name == name)
+
+
 @pytest.fixture(scope="module")
 def rfleet():
     if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
         pytest.fail("the role tests need root, debootstrap, systemd-container and equivs (see tests/fleet/conftest.py)")
-    started = time.monotonic()
-    fleet = build_fleet(FLEET_DIR, 4, "gpfr", "10.213.9")
-    print("role fleet up in %.1f s" % (time.monotonic() - started))
-    yield fleet
-    problems = fleet.down()
-    assert not problems and not fleet.leftovers(), problems + fleet.leftovers()
+    stories = Stories()
+    yield stories
+    problems = [p for f in stories.fleets.values() for p in f.down() + f.leftovers()]
+    assert not problems, problems
 
 
 @pytest.fixture(scope="module")
 def run(rfleet, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("roles")
 
-    def _run(playbook, *extra, limit=None, timeout=420):
-        args = list(extra) + (["--limit", limit] if limit else [])
+    def _run(playbook, *extra, limit, timeout=420):
+        args = list(extra) + ["--limit", limit]
         started = time.monotonic()
-        r = PlaybookRun(rfleet, playbook, args, None, tmp).wait(timeout)
+        r = PlaybookRun(rfleet.owner(limit), playbook, args, None, tmp).wait(timeout)
         r.duration_s = time.monotonic() - started
         print("%-60s %5.1f s rc=%s %s" % (" ".join([Path(str(playbook)).name] + args)[:60], r.duration_s,
                                           r.proc.returncode, r.recap))
@@ -94,11 +111,11 @@ def run(rfleet, tmp_path_factory):
 
 
 def node(rfleet, i):
-    return rfleet.nodes[i].name
+    return rfleet.fleet(i).nodes[0].name
 
 
 def sh(rfleet, i, cmd, check=True):
-    return rfleet.ssh(node(rfleet, i), cmd, timeout=60, check=check)
+    return rfleet.fleet(i).ssh(node(rfleet, i), cmd, timeout=60, check=check)
 
 
 def vars_file(rfleet, tmp_path, i, text):
@@ -115,6 +132,7 @@ def prepare(run, rfleet, i):
     assert r.proc.returncode == 0, r.output[-3000:]
 
 
+@pytest.mark.xdist_group("roles-node0")
 def test_check_mode_on_a_fresh_node_changes_nothing_and_fails_nothing(run, rfleet, tmp_path):
     prepare(run, rfleet, 0)
     before = sh(rfleet, 0, "dpkg -l | md5sum; ls /etc/apt/sources.list.d /etc/systemd/system | md5sum").stdout
@@ -128,6 +146,7 @@ def test_check_mode_on_a_fresh_node_changes_nothing_and_fails_nothing(run, rflee
               check=False).returncode == 1
 
 
+@pytest.mark.xdist_group("roles-node0")
 def test_converge_is_idempotent_and_every_role_verifies(run, rfleet, tmp_path):
     extra = ("-e", "@%s" % vars_file(rfleet, tmp_path, 0, DEFAULT_VARS))
     first = run(REPO / "playbooks/provision.yml", *extra, limit=node(rfleet, 0))
@@ -144,6 +163,7 @@ def test_converge_is_idempotent_and_every_role_verifies(run, rfleet, tmp_path):
         assert v.proc.returncode == 0, "%s verify failed:\n%s" % (role, v.output[-3000:])
 
 
+@pytest.mark.xdist_group("roles-node1")
 def test_a_branch_missing_from_the_repository_is_refused_and_installs_nothing(run, rfleet, tmp_path):
     prepare(run, rfleet, 1)
     for branch, package in (("999", "nvidia-open"), ("560", "nvidia-open-560")):  # both namings
@@ -159,6 +179,7 @@ def test_a_branch_missing_from_the_repository_is_refused_and_installs_nothing(ru
     assert sh(rfleet, 1, "ls /etc/apt/preferences.d").stdout.strip() == ""
 
 
+@pytest.mark.xdist_group("roles-node1")
 def test_a_download_whose_checksum_does_not_match_fails_and_installs_nothing(run, rfleet):
     r = run(REPO / "roles/validation_tools/molecule/default/converge.yml", "-e",
             '{"validation_tools_prebuilt_checksum": "sha256:%s"}' % ("0" * 64), limit=node(rfleet, 1))
@@ -198,6 +219,7 @@ validation_tools_prebuilt_checksum: "sha256:{checksum}"
 """
 
 
+@pytest.mark.xdist_group("roles-node1")
 def test_non_default_variables(run, rfleet, tmp_path):
     # A V100-class GPU (proprietary modules), 8 GPUs, an older kernel module still loaded (reboot pending), and an old
     # image's deprecated variable that the operator wants flagged, not removed.
@@ -239,11 +261,10 @@ def test_non_default_variables(run, rfleet, tmp_path):
     assert state[10:12] == ["compare.ptx", "gpu_burn"]
 
 
-@pytest.fixture(scope="module")
-def newer_branches(rfleet):
-    """NVIDIA's repository gains branches 590 and 595 (595 without its pinning package): the nodes see them after their
-    next apt-get update."""
-    return aptrepo.add_specs(rfleet.apt_dir, harness.DEFAULT_CACHE, NEWER_BRANCH_SPECS)
+def newer_branches(rfleet, i):
+    """NVIDIA's repository of node i gains branches 590 and 595 (595 without its pinning package): the node sees them
+    after its next apt-get update."""
+    return aptrepo.add_specs(rfleet.fleet(i).apt_dir, harness.DEFAULT_CACHE, NEWER_BRANCH_SPECS)
 
 
 def versions(rfleet, i, *packages):
@@ -258,7 +279,8 @@ def smi(rfleet, i):
     return sh(rfleet, i, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()
 
 
-def test_a_node_pinned_to_580_stays_there_when_the_repository_gains_newer_branches(run, rfleet, request):
+@pytest.mark.xdist_group("roles-node2")
+def test_a_node_pinned_to_580_stays_there_when_the_repository_gains_newer_branches(run, rfleet):
     i, extra = 2, ("-e", '{"nvidia_driver_branch": "580"}')
     sh(rfleet, i, "apt-get update -q")
     first = run(DRIVER_CONVERGE, *extra, limit=node(rfleet, i))
@@ -269,7 +291,7 @@ def test_a_node_pinned_to_580_stays_there_when_the_repository_gains_newer_branch
                          "nvidia-smi": "580.105.08-1 ii", "nvidia-persistenced": "580.105.08-1 ii"}, installed
     assert smi(rfleet, i) == ["580.105.08", "580.105.08"]
 
-    request.getfixturevalue("newer_branches")
+    newer_branches(rfleet, i)
     sh(rfleet, i, "apt-get update -q")
     assert "595.71.05-1" in sh(rfleet, i, "apt-cache madison nvidia-smi").stdout  # apt does see the newer branches
     again = run(DRIVER_CONVERGE, *extra, limit=node(rfleet, i))
@@ -291,9 +313,10 @@ def test_a_node_pinned_to_580_stays_there_when_the_repository_gains_newer_branch
     assert re.search(r"^Inst nvidia-smi \[580\.105\.08-1\] \(595\.71\.05-1 ", unpinned, re.M), unpinned
 
 
-def test_branch_590_installs_under_the_new_names_and_595_without_a_pinning_package_is_refused(run, rfleet,
-                                                                                               newer_branches):
+@pytest.mark.xdist_group("roles-node3")
+def test_branch_590_installs_under_the_new_names_and_595_without_a_pinning_package_is_refused(run, rfleet):
     i = 3
+    newer_branches(rfleet, i)
     sh(rfleet, i, "apt-get update -q")
     refused = run(DRIVER_CONVERGE, "-e", '{"nvidia_driver_branch": "595"}', limit=node(rfleet, i))
     assert refused.proc.returncode != 0
