@@ -111,7 +111,7 @@ def read_journal_unit(exe, unit, since, until, timeout, world_size=None):
                         "system journal needs root or the systemd-journal group)"
                         % (unit, res.error or ("timed out" if res.timed_out else "rc %s" % res.rc), err[-300:]))
         return out
-    if "[... " in res.stdout and "cut by gpufleet" in res.stdout:
+    if res.output_cut:
         out["notes"].append("the journal of %s was longer than the 4 MiB kept: its middle was not read; narrow the "
                             "window (since/until)" % unit)
 
