@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import report as fleet_report
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.packages import require
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import findings as findings_mod
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import rel_text
 
@@ -120,7 +121,7 @@ def build(result, run_id, created=None):
 
 
 def validation_errors(doc):
-    import jsonschema  # controller only
+    jsonschema = require("jsonschema")  # controller only
 
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         schema = json.load(fh)
