@@ -388,3 +388,36 @@ def test_a_system_directory_is_never_created_or_given_to_a_service_user(role, na
 @pytest.mark.parametrize("path", ["/mnt/nvme/checkpoints/llm", "/srv/ckpt-elastic", "/var/lib/gpufleet-elastic/x"])
 def test_a_data_directory_is_accepted(path):
     assert refused("elastic_training", "elastic_training_checkpoint_dir", path) is None
+
+
+def _directives(text):
+    out = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";")):
+            key, value = line.split("=", 1)
+            out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def test_the_training_job_runs_as_a_dedicated_user_in_a_hardened_unit():
+    # Before: User=root and none of the hardening the watcher's and the audit's units have.
+    unit = _directives(render("elastic_training", role_vars("elastic_training", {}))["gpufleet-elastic.service.j2"])
+    assert unit["User"] == ["gpufleet-train"] and unit["Group"] == ["gpufleet-train"]
+    for key, value in (("ProtectSystem", "strict"), ("ProtectHome", "read-only"), ("PrivateTmp", "yes"),
+                       ("NoNewPrivileges", "yes"), ("RestrictSUIDSGID", "yes"), ("ProtectKernelModules", "yes")):
+        assert unit[key] == [value], key
+    # torchrun writes checkpoints, the launcher its state, the ranks their metrics; the dumps stay where the
+    # post-mortem reads them despite the private /var/tmp.
+    assert unit["ReadWritePaths"] == ["-/mnt/nvme/checkpoints/train -/var/lib/gpufleet-elastic/train "
+                                      "-/var/lib/gpufleet-elastic/metrics"]
+    assert unit["BindPaths"] == ["-/var/tmp/gpufleet-nccl-dumps"]
+    assert "PrivateDevices" not in unit  # the GPUs are devices
+
+
+def test_the_role_creates_its_user_only_when_missing():
+    tasks = yaml.safe_load((REPO / "roles" / "elastic_training" / "tasks" / "install.yml").read_text())
+    create = next(t for t in tasks if "ansible.builtin.user" in t)
+    assert create["ansible.builtin.user"]["system"] is True and create["ansible.builtin.user"]["shell"] == \
+        "/usr/sbin/nologin"
+    assert "ansible_facts['getent_passwd'][elastic_training_user] is none" in create["when"]
+    assert "elastic_training_create_user | bool" in create["when"]
