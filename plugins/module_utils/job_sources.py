@@ -75,8 +75,8 @@ def owner_problem(file_uid, job_uid, euid=None):
             return "owned by %s, not by the job's user %s" % (user_label(file_uid), user_label(job_uid))
         return None
     if (os.geteuid() if euid is None else euid) == 0 and file_uid == 0:
-        return ("owned by root and the job's user is not given: not read as root (set job_user, job_user: root for "
-                "a job that ran as root)")
+        return ("owned by root and the job's user is not given (set job_user; job_user=root for a job that ran as "
+                "root)")
     return None
 
 
