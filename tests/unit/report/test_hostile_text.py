@@ -7,7 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_html, render_junit, render_md, report
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_html, render_junit, render_md
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report_format import printable
 from helpers import sample_fleet
 
@@ -20,11 +20,7 @@ CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 @pytest.fixture(scope="module")
 def hostile():
-    data = sample_fleet.hosts()
-    nodes = report.evaluate_fleet(list(data), data, sample_fleet.in_play())
-    doc = report.build_report(nodes, "20261129T090000Z", playbook="burn_in", started="2026-11-29T09:00:00+00:00",
-                              finished="2026-11-29T10:12:00+00:00")
-    doc = copy.deepcopy(doc)
+    doc = copy.deepcopy(sample_fleet.report_doc("20261129T090000Z"))
     node = next(n for n in doc["nodes"] if n["findings"])
     node["host"] = HOST
     node["findings"][0].update({"message": MESSAGE, "action": MESSAGE, "evidence": EVIDENCE})
