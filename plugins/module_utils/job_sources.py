@@ -152,8 +152,6 @@ def _lines(fh, skip, limit, notes, path):
                          % (path, overlong, MAX_LOG_LINE_BYTES))
 
 
-
-
 def read_log_file(path, since=None, until=None, max_bytes=2 * 1024 ** 3, world_size=None, job_uid=None):
     """One log file parsed by torch_watchdog. Never raises: problems are in `error` and `notes`."""
     out = {"source": "file", "path": path, "unit": None, "bytes": None, "mtime": None, "notes": [], "error": None,
