@@ -104,8 +104,9 @@ def collect(args):
     buses = ["01", "21", "41", "61", "81", "a1", "c1", "e1"]
     host = "node%02d" % (n + 1)
     t0 = time.perf_counter()
-    log = read_log_file(str(out / host / "train.log"))
-    dumps, _notes = collect_dumps([str(out / host / "dumps" / "nccl_trace_rank_")], 64 << 20, 256 << 20)
+    me = os.getuid()  # the bench wrote the files: its user is the job's
+    log = read_log_file(str(out / host / "train.log"), job_uid=me)
+    dumps, _notes = collect_dumps([str(out / host / "dumps" / "nccl_trace_rank_")], 64 << 20, 256 << 20, job_uid=me)
     lost = [5] if host == "node03" else []
     evidence = {"host": host, "now": T + 60, "logs": [log], "dumps": dumps, "errors": [], "notes": [],
                 "kernel": _kernel(T) if host == "node03" else {"events": [], "lost_gpus": []},

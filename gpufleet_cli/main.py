@@ -206,7 +206,8 @@ def cmd_postmortem(args):
         if value:
             extra[key] = value
     for key, value in (("job_postmortem_since", args.since), ("job_postmortem_until", args.until),
-                       ("job_postmortem_world_size", args.world_size), ("job_postmortem_hosts", args.hosts)):
+                       ("job_postmortem_world_size", args.world_size), ("job_postmortem_hosts", args.hosts),
+                       ("job_postmortem_job_user", args.job_user)):
         if value is not None:
             extra[key] = value
     if args.become:
@@ -296,6 +297,7 @@ def main(argv=None):
     pm.add_argument("--until", help="window end")
     pm.add_argument("--world-size", type=int)
     pm.add_argument("--become", action="store_true", help="read logs, dumps and the kernel log as root")
+    pm.add_argument("--job-user", help="the user the job ran as: only its logs and dumps are read")
     pm.add_argument("-e", "--extra-vars", action="append", default=[])
     pm.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     pm.add_argument("-q", "--quiet", action="store_true", help="only the verdict, not Ansible's output")

@@ -58,6 +58,7 @@ class ActionModule(ActionBase):
                                    max_dump_seconds=args["max_dump_seconds"],
                                    max_memory_bytes=args["max_dump_memory_mb"] * 1024 * 1024, now=now,
                                    workers=min(4, os.cpu_count() or 1))
+        _delete_stored(evidence)
         run_id = args.get("run_id") or time.strftime("postmortem-%Y%m%dT%H%M%SZ", time.gmtime(now))
         doc = document.build(outcome, run_id)
         try:
@@ -82,3 +83,13 @@ class ActionModule(ActionBase):
                        "msg": document.summary_line(doc)})
         result["summary_md"] += "\nHTML: %s" % files["postmortem.html"]
         return result
+
+
+def _delete_stored(evidence):
+    """The dump files the job_evidence action kept on the controller have been read: remove them and their directories."""
+    for path in analysis.stored_dump_files(evidence):
+        try:
+            os.unlink(path)
+            os.rmdir(os.path.dirname(path))  # fails (kept) while other dumps of that node are still there
+        except OSError:
+            pass

@@ -17,17 +17,20 @@ __metaclass__ = type
 
 import base64
 import datetime
+import errno
 import glob
 import gzip
-import io
 import os
+import pwd
 import re
+import stat
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import (
+    GZIP_MAGIC,
     journal_record,
-    open_log,
     parse_since,
 )
+from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import bounded_lines
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_ras import RasStatusReader
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool
 from ansible_collections.kentino.gpufleet.plugins.module_utils.torch_desync_report import DesyncReportReader
@@ -73,17 +76,96 @@ def expand(patterns):
     return files, notes
 
 
-def _lines(fh, skip, limit):
+class Refused(Exception):
+    """A file that is not read: a link, not a regular file, or not the job's user's (the message says which)."""
+
+
+def owner_problem(file_uid, job_uid, euid=None):
+    """Why a file owned by file_uid is not the job's evidence, or None.
+
+    job_uid given: the file must be that user's. Without it a root module still refuses root's files: in a directory
+    every user can write, a root-owned file there was either written by a job run as root (say so with job_user: root)
+    or linked in by someone else (a hard link to /etc/shadow keeps root as its owner)."""
+    if job_uid is not None:
+        if file_uid != job_uid:
+            return "owned by %s, not by the job's user %s" % (user_label(file_uid), user_label(job_uid))
+        return None
+    if (os.geteuid() if euid is None else euid) == 0 and file_uid == 0:
+        return ("owned by root and the job's user is not given (set job_user; job_user=root for a job that ran as "
+                "root)")
+    return None
+
+
+def user_label(uid):
+    try:
+        return "%s (uid %d)" % (pwd.getpwuid(uid).pw_name, uid)
+    except (KeyError, OverflowError):
+        return "uid %d" % uid
+
+
+def resolve_user(user):
+    """job_user (a name or a numeric uid) -> uid. Raises ValueError naming the user."""
+    if user is None or str(user) == "":
+        return None
+    text = str(user)
+    if re.match(r"\A[0-9]{1,10}\Z", text):
+        return int(text)
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        raise ValueError("job_user %r is not a user on this node (a name or a numeric uid)" % text[:64]) from None
+
+
+def open_evidence(path, job_uid):
+    """(binary file object, os.stat_result) of a log or dump, opened without following a link (O_NOFOLLOW: a link
+    planted in a world-writable directory is never read as root), checked after the open (fstat: no race between check
+    and read) to be a regular file of the job's user. Raises Refused, or OSError when it cannot be opened."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Refused("%s is a symbolic link: not followed (a link in a directory other users can write could "
+                          "point anywhere); give the file itself" % path) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused("%s is not a regular file: not read" % path)
+        problem = owner_problem(st.st_uid, job_uid)
+        if problem:
+            raise Refused("%s is %s: not read" % (path, problem))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+MAX_LOG_LINE_BYTES = 1024 * 1024
+
+
+def _lines(fh, skip, limit, notes, path):
+    """Decoded lines of a log, at most `limit` bytes of it; a line over MAX_LOG_LINE_BYTES is skipped (noted), and
+    never held whole (a file without newlines costs that much memory, not its size)."""
+    lines = bounded_lines(fh, MAX_LOG_LINE_BYTES)
     if skip:
         fh.seek(skip)
-        fh.readline()  # the first line is cut: drop it
-    text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace")  # decoded in large chunks, not line by line
-    read = 0
-    for line in text:
-        read += len(line)
-        if read > limit:
-            return
-        yield line
+        next(lines, None)  # the first line is cut: drop it
+    read = overlong = 0
+    try:
+        for line, size, _terminated in lines:
+            read += size
+            if read > limit:
+                return
+            if size > len(line):
+                overlong += 1
+                continue
+            yield line.decode("utf-8", "replace")
+    finally:
+        if overlong:
+            notes.append("%s: %d line(s) longer than %d bytes were skipped (not a log line of the job)"
+                         % (path, overlong, MAX_LOG_LINE_BYTES))
 
 
 def parse_job_lines(lines, world_size=None, since=None, until=None, reference=None):
@@ -107,20 +189,24 @@ def parse_job_lines(lines, world_size=None, since=None, until=None, reference=No
     return parsed
 
 
-def read_log_file(path, since=None, until=None, max_bytes=2 * 1024 ** 3, world_size=None):
+def read_log_file(path, since=None, until=None, max_bytes=2 * 1024 ** 3, world_size=None, job_uid=None):
     """One log file parsed by torch_watchdog. Never raises: problems are in `error` and `notes`."""
     out = {"source": "file", "path": path, "unit": None, "bytes": None, "mtime": None, "notes": [], "error": None,
            "parsed": None}
     try:
-        st = os.stat(path)
-        out["bytes"], out["mtime"] = st.st_size, st.st_mtime
-        with open_log(path) as fh:
+        raw, st = open_evidence(path, job_uid)
+        with raw:
+            # gzip is told by its magic bytes, not by the name
+            fh = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == GZIP_MAGIC else raw
+            out["bytes"], out["mtime"] = st.st_size, st.st_mtime
             skip = 0
             if st.st_size > max_bytes and not isinstance(fh, gzip.GzipFile):
                 skip = st.st_size - max_bytes  # the end of the log is where the job died
                 out["notes"].append("%s is %d bytes: only its last %d bytes were read" % (path, st.st_size, max_bytes))
-            out["parsed"] = parse_job_lines(_lines(fh, skip, max_bytes), world_size=world_size, since=since,
-                                            until=until, reference=st.st_mtime)
+            out["parsed"] = parse_job_lines(_lines(fh, skip, max_bytes, out["notes"], path), world_size=world_size,
+                                            since=since, until=until, reference=st.st_mtime)
+    except Refused as exc:
+        out["error"] = "refused: %s" % exc
     except (IOError, OSError, EOFError) as exc:
         out["error"] = ("cannot read %s: %s. Fix: check the path and the permissions (become: true when the job ran "
                         "as another user)" % (path, getattr(exc, "strerror", None) or exc))
@@ -148,7 +234,7 @@ def read_journal_unit(exe, unit, since, until, timeout, world_size=None):
                         "system journal needs root or the systemd-journal group)"
                         % (unit, res.error or ("timed out" if res.timed_out else "rc %s" % res.rc), err[-300:]))
         return out
-    if "[... " in res.stdout and "cut by gpufleet" in res.stdout:
+    if res.output_cut:
         out["notes"].append("the journal of %s was longer than the 4 MiB kept: its middle was not read; narrow the "
                             "window (since/until)" % unit)
 
@@ -164,8 +250,9 @@ def read_journal_unit(exe, unit, since, until, timeout, world_size=None):
     return out
 
 
-def collect_dumps(prefixes, max_bytes, max_total, since=None):
-    """Dump files <prefix><rank>: metadata for all, bytes (base64) for those within the limits and the window."""
+def collect_dumps(prefixes, max_bytes, max_total, since=None, job_uid=None):
+    """Dump files <prefix><rank>: metadata for all, bytes (base64) for those within the limits and the window. Each is
+    opened with open_evidence (no link followed, a regular file of the job's user): a refused one is an error."""
     dumps, notes, total = [], [], 0
     seen = set()
     for prefix in prefixes or []:
@@ -176,36 +263,48 @@ def collect_dumps(prefixes, max_bytes, max_total, since=None):
             continue
         for path in sorted(glob.glob(glob.escape(prefix) + "*")):
             match = _RANK_SUFFIX.match(path[len(prefix):])
-            if not match or path in seen or not os.path.isfile(path):
+            if not match or path in seen:
                 continue
             seen.add(path)
             item = {"path": path, "prefix": prefix, "rank": int(match.group(1)), "bytes": None, "mtime": None,
                     "data_b64": None, "skipped": None, "error": None}
             dumps.append(item)
             try:
-                st = os.stat(path)
-                item["bytes"], item["mtime"] = st.st_size, st.st_mtime
-                if since is not None and st.st_mtime < since:
-                    item["skipped"] = "written before the window (%s): an older job's dump" % int(st.st_mtime)
-                    continue
-                if st.st_size > max_bytes:
-                    item["skipped"] = ("%d bytes, over max_dump_bytes=%d: not sent (raise the limit)"
-                                       % (st.st_size, max_bytes))
-                    continue
-                if total + st.st_size > max_total:
-                    item["skipped"] = ("the dumps of this node exceed max_dumps_total_bytes=%d: not sent" % max_total)
-                    continue
-                with open(path, "rb") as fh:
-                    data = fh.read(max_bytes + 1)
-                if len(data) > max_bytes:
-                    item["skipped"] = "grew over max_dump_bytes while being read: not sent"
-                    continue
-                total += len(data)
-                item["data_b64"] = base64.b64encode(data).decode("ascii")
+                fh, st = open_evidence(path, job_uid)
+            except Refused as exc:
+                item["error"] = "refused: %s" % exc
+                continue
             except (IOError, OSError) as exc:
                 item["error"] = ("cannot read %s: %s. Fix: run with become: true (the dump belongs to the job's user)"
                                  % (path, getattr(exc, "strerror", None) or exc))
+                continue
+            with fh:
+                item["bytes"], item["mtime"] = st.st_size, st.st_mtime
+                item["skipped"] = _dump_skipped(st, since, max_bytes, max_total, total)
+                if item["skipped"]:
+                    continue
+                try:
+                    data = fh.read(max_bytes + 1)
+                except (IOError, OSError) as exc:
+                    item["error"] = "cannot read %s: %s" % (path, getattr(exc, "strerror", None) or exc)
+                    continue
+            if len(data) > max_bytes:
+                item["skipped"] = "grew over max_dump_bytes while being read: not sent"
+                continue
+            total += len(data)
+            item["data_b64"] = base64.b64encode(data).decode("ascii")
     return dumps, notes
+
+
+def _dump_skipped(st, since, max_bytes, max_total, total):
+    """Why a dump's bytes are not sent (before the window, over a limit), or None."""
+    if since is not None and st.st_mtime < since:
+        return "written before the window (%s): an older job's dump" % int(st.st_mtime)
+    if st.st_size > max_bytes:
+        return "%d bytes, over max_dump_bytes=%d: not sent (raise the limit)" % (st.st_size, max_bytes)
+    if total + st.st_size > max_total:
+        return "the dumps of this node exceed max_dumps_total_bytes=%d: not sent" % max_total
+    return None
 
 
 def scan_processes(proc_root="/proc", max_processes=100000):

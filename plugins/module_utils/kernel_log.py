@@ -48,6 +48,8 @@ CORRELATE_WINDOW_S = 30.0
 FOLLOW_ON_WINDOW_S = 5.0
 EVIDENCE_LINES = 5
 MAX_LINE_CHARS = 65536
+# One record of saved `journalctl -o json` output: a kernel message with journald's fields is far below this.
+MAX_RECORD_BYTES = MAX_LINE_CHARS * 4
 SAMPLE_CHARS = 400
 MAX_SAMPLES = 5
 MAX_GPU_IDS = 256
@@ -293,10 +295,15 @@ class XidScanner:
         if line.startswith("[... ") and "cut by gpufleet" in line:
             self._unparsed("output_cut", line)
             return
-        if len(line) > MAX_LINE_CHARS * 4:
+        if len(line) > MAX_RECORD_BYTES:
             self._unparsed("overlong_line", line)
             return
         self._journal(journal_record(line))
+
+    def skip_overlong(self, head):
+        """A record over the length limit, of which the reader kept only `head`: counted, not parsed."""
+        self.lines_read += 1
+        self._unparsed("overlong_line", head.decode("utf-8", "replace") if isinstance(head, bytes) else head)
 
     def _journal(self, rec):
         if (self.after_cursor is not None and rec.cursor == self.after_cursor) or (

@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log import XidScanner
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log import MAX_RECORD_BYTES, XidScanner
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import (
     boot_datetime,
     file_position,
@@ -41,7 +41,11 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_source
     resume,
     uptime_stamp,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import FileFollower, ProcessLines
+from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import (
+    FileFollower,
+    ProcessLines,
+    bounded_lines,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.prom_textfile import atomic_write
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool
 
@@ -295,11 +299,14 @@ def _scan(scanner, fh, consume_tail):
     Returns the bytes consumed (a half-written last line is left for the next read unless consume_tail)."""
     if fh.peek(64)[:64].lstrip().startswith(b"{"):
         consumed = 0
-        for line in fh:
-            if not line.endswith(b"\n") and not consume_tail:
+        for line, size, terminated in bounded_lines(fh, MAX_RECORD_BYTES):
+            if not terminated and not consume_tail:
                 break
-            scanner.feed_journal_line(line)
-            consumed += len(line)
+            if size > len(line):
+                scanner.skip_overlong(line)  # a record over the limit cannot be a kernel message: skipped, counted
+            else:
+                scanner.feed_journal_line(line)
+            consumed += size
         scanner.bytes_read += consumed
         return consumed
     return scanner.scan_binary(fh, consume_partial_tail=consume_tail)
@@ -366,6 +373,10 @@ class KernelLogRead:
         null = facts["unparsed"]["by_reason"].get("journal_message_null")
         if null:
             notes.append("%d journal entries had no MESSAGE (over 4096 bytes without --all)" % null)
+        overlong = facts["unparsed"]["by_reason"].get("overlong_line")
+        if overlong:
+            notes.append("%d record(s) longer than %d bytes were skipped: a kernel message is never that long (a "
+                         "damaged or foreign file?)" % (overlong, MAX_RECORD_BYTES))
         position = dict(self.position)
         position.update({"kind": self.source, "state_file": self.state_file, "saved": self.saved,
                          "notes": list(self.position_notes)})

@@ -25,6 +25,26 @@ MAX_LINE_BYTES = 1024 * 1024
 READ_BYTES = 1024 * 1024
 
 
+def bounded_lines(fh, max_line_bytes=MAX_LINE_BYTES):
+    """Lines of a binary file object as (line, true length, terminated): a line longer than max_line_bytes comes as
+    its first max_line_bytes only (the caller sees true length > len(line)) and the rest of it is read in pieces and
+    dropped, so a file without newlines costs max_line_bytes of memory, never its size."""
+    while True:
+        line = fh.readline(max_line_bytes + 1)
+        if not line:
+            return
+        if len(line) <= max_line_bytes or line.endswith(b"\n"):
+            yield line, len(line), line.endswith(b"\n")
+            continue
+        head, size = line[:max_line_bytes], len(line)
+        while not line.endswith(b"\n"):
+            line = fh.readline(READ_BYTES)
+            if not line:
+                break
+            size += len(line)
+        yield head, size, line.endswith(b"\n")
+
+
 class LineSplitter:
     """Bytes in, complete lines out; a line longer than max_line_bytes is cut there and the rest of it dropped."""
 

@@ -149,7 +149,14 @@ FREE_TEXT_FIELDS = ("name", "process_name")
 
 _TRUE = frozenset(["enabled", "yes", "true", "1", "active", "on"])
 _FALSE = frozenset(["disabled", "no", "false", "0", "not active", "off"])
-_NUMBER_RE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)")
+# The units nvidia-smi prints after a number (csv without nounits, -q): "45 %", "250.00 W", "16x", "0 KB/s".
+NUMBER_UNITS = ("%", "W", "mW", "C", "V", "mV", "J", "mJ", "B", "KiB", "MiB", "GiB", "KB", "MB", "GB", "Hz", "MHz", "GHz",
+                "s", "ms", "us", "ns", "x", "KB/s", "MB/s", "GB/s")
+# A whole cell: digits with an optional fraction and one of those units. No sign, exponent, hex or trailing text:
+# "-3", "1e309", "0x10" and "12abc" are not numbers nvidia-smi writes, and a prefix of them must never pass as a value
+# (a negative error count would pass every limit).
+_NUMBER_RE = re.compile(r"\A\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*(?:%s)?\s*\Z"
+                        % "|".join(re.escape(u) for u in sorted(NUMBER_UNITS, key=len, reverse=True)))
 _UNIT_SUFFIX_RE = re.compile(r"\s*\[[^\]]*\]\s*$")  # "memory.used [MiB]" in a csv header
 
 _REJECTED_FIELD_RE = re.compile(r'Field "([^"]*)" is not a valid field to query')
@@ -220,13 +227,14 @@ def _lines(text):
 
 
 def _number(text, kind):
+    """The whole cell as a non-negative number (int kinds: integral), or None."""
     match = _NUMBER_RE.match(text)
     if not match:
         return None
-    value = float(match.group(1))
+    whole, _dot, fraction = match.group(1).partition(".")
     if kind == _INT:
-        return int(value) if value == int(value) else None
-    return value
+        return int(whole) if fraction.strip("0") == "" else None
+    return float(match.group(1))
 
 
 def convert_value(raw, kind):

@@ -25,7 +25,11 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import NOT_AVAILABLE, classify_message
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import (
+    NOT_AVAILABLE,
+    classify_message,
+    convert_value,
+)
 
 _GPU_RE = re.compile(r"^GPU\s+(\d+)\s*:\s*(.*?)\s*(?:\(UUID:\s*(GPU-[0-9A-Za-z-]+)\s*\))?\s*$")
 _LINK_SPEED_RE = re.compile(r"^\s*Link\s+(\d+)\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*GB/s\s*$", re.I)
@@ -70,13 +74,9 @@ def _counter_name(text):
 
 
 def _counter_value(text):
-    low = text.strip().lower()
-    if low in NOT_AVAILABLE:
-        return None, "na"
-    try:
-        return int(low), "ok"
-    except ValueError:
-        return None, "unreadable"
+    """A counter read whole (nvidia_smi.convert_value): "-1", "1e3" or "12abc" are unreadable, never a count."""
+    value, status = convert_value(text, "int")
+    return value, ("unreadable" if status == "lost" else status)
 
 
 def _guard(fn, text, empty):

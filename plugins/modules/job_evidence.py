@@ -19,7 +19,11 @@ description:
   - The flight-recorder dumps C(<prefix><rank>) of every O(dump_prefixes) (the training_env role sets
     C(TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/var/tmp/gpufleet-nccl-dumps/nccl_trace_rank_)), returned as base64 bytes up to
     O(max_dump_bytes) each. They are never unpickled on the node; the controller reads them with a restricted
-    unpickler.
+    unpickler. Run through the collection's action plugin (as every task does), the bytes are kept in a private
+    file on the controller (C(data_file)) instead of the task's result, so they never reach the console or C(-v).
+  - Logs and dumps are opened without following a symbolic link and read only when they are regular files of the
+    job's user (O(job_user)); a link, a device or a file of another user is an error naming it, never read. The dump
+    directory is writable by every user, so this is what keeps a planted C(nccl_trace_rank_0 -> /etc/shadow) out.
   - The XIDs and lost GPUs of the kernel log since O(since) (or O(lookback)), read with the same parser as
     kentino.gpufleet.xid_facts; the GPUs nvidia-smi sees (index, PCI, UUID, current throttle reasons) and the lost
     ones; and, for a job still hanging, the rank and device variables of its live worker processes (only those
@@ -76,6 +80,13 @@ options:
     description: Read the rank and device variables of live torchrun workers from C(/proc/<pid>/environ).
     type: bool
     default: true
+  job_user:
+    description:
+      - The user the job ran as (a name or a numeric uid); its logs and dumps must be owned by it, any other file is
+        refused. The elastic_training role's user is C(gpufleet-train).
+      - Without it, files of any owner are read, except that a module running as root (C(become)) refuses files owned
+        by root (give C(job_user=root) for a job that ran as root).
+    type: str
   max_dump_bytes:
     description: Largest dump sent to the controller (bytes); larger dumps are listed, not sent.
     type: int
@@ -94,7 +105,7 @@ options:
     default: 60
 notes:
   - "Read-only; runs in check mode. Logs and dumps of a job run by another user need C(become: true), and so does the
-    system journal."
+    system journal; the post-mortem playbook becomes root only when C(job_postmortem_become=true) says so."
 seealso:
   - module: kentino.gpufleet.job_postmortem
   - module: kentino.gpufleet.xid_facts
@@ -145,7 +156,10 @@ logs:
   type: list
   elements: dict
 dumps:
-  description: One entry per dump file - path, prefix, rank, bytes, mtime, data_b64, skipped, error.
+  description:
+    - One entry per dump file - path, prefix, rank, bytes, mtime, data_b64, skipped, error.
+    - Through the action plugin, data_b64 is null and data_file names the controller-side file that holds the bytes
+      (mode 0600 in a private directory; kentino.gpufleet.job_postmortem deletes it once read).
   returned: always
   type: list
   elements: dict
@@ -196,6 +210,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.job_sources impor
     parse_when,
     read_journal_unit,
     read_log_file,
+    resolve_user,
     scan_processes,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError, read_kernel_log
@@ -273,6 +288,7 @@ def main():
             max_dumps_total_bytes=dict(type="int", default=256 * 1024 * 1024),
             max_log_bytes=dict(type="int", default=2 * 1024 ** 3),
             timeout=dict(type="int", default=60),
+            job_user=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -281,6 +297,7 @@ def main():
     try:
         since, until = parse_when(p["since"], now), parse_when(p["until"], now)
         lookback = parse_when(p["lookback"], now)
+        job_uid = resolve_user(p["job_user"])
     except ValueError as exc:
         module.fail_json(msg="job_evidence on %s: %s" % (os.uname()[1], exc))
     for key in ("max_dump_bytes", "max_dumps_total_bytes", "max_log_bytes", "timeout"):
@@ -291,7 +308,7 @@ def main():
     errors, notes = [], []
     files, glob_notes = expand(p["logs"])
     notes.extend(glob_notes)
-    logs = [read_log_file(path, since, until, p["max_log_bytes"]) for path in files]
+    logs = [read_log_file(path, since, until, p["max_log_bytes"], job_uid=job_uid) for path in files]
     jexe = find_tool(module, "journalctl") if p["journal_units"] else None
     if p["journal_units"] and not jexe:
         errors.append("journalctl not found: journal_units %s not read. Fix: install systemd or pass the log files "
@@ -302,7 +319,8 @@ def main():
         if log["error"]:
             errors.append(log["error"])
         notes.extend(log["notes"])
-    dumps, dump_notes = collect_dumps(p["dump_prefixes"], p["max_dump_bytes"], p["max_dumps_total_bytes"], since)
+    dumps, dump_notes = collect_dumps(p["dump_prefixes"], p["max_dump_bytes"], p["max_dumps_total_bytes"], since,
+                                      job_uid=job_uid)
     notes.extend(dump_notes)
     errors.extend(d["error"] for d in dumps if d["error"])
     kernel = read_kernel(module, p["kernel_log"], since if since is not None else lookback, until, p["timeout"])

@@ -22,7 +22,8 @@ description:
     the window runs from T minus the timeout (when the stuck collective started) minus O(pre_s) to the last timeout
     plus O(post_s); without timed log lines, from the stuck collective of the flight-recorder dumps."
   - From the dumps (read with a restricted unpickler - dicts, lists, strings and numbers only, size, time and memory
-    limited - never executed), per process group the last enqueued/started/completed collective of every rank, the
+    limited, a forged memo index refused before loading - never executed; the private controller files the
+    job_evidence action kept them in are deleted once read), per process group the last enqueued/started/completed collective of every rank, the
     ranks that never joined the stuck collective, mismatched collectives (op, sizes, dtypes) with the code location,
     and ranks without a dump. From the watchdog lines of all nodes, the rank behind the others, the op and sequence
     that timed out, heartbeat-monitor kills.

@@ -78,6 +78,7 @@ def _history(node, markup):
 
 
 def render(report):
+    report = report_format.printable_tree(report)  # autoescaping does not touch control characters
     env, markup = _environment()
     nodes = report["nodes"]
     context = {

@@ -9,16 +9,10 @@ Times: a testcase is its check's tool time, a suite the sum, the whole file the 
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from datetime import datetime
 
-# XML 1.0 cannot carry most control characters, even escaped: tool output sometimes has them.
-_BAD_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-
-
-def _clean(text):
-    return _BAD_XML.sub("?", str(text))
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report_format import printable_tree
 
 
 def _body(findings):
@@ -27,7 +21,7 @@ def _body(findings):
         where = " GPU %s" % f["gpu"] if f.get("gpu") is not None else ""
         parts.append("[%s] %s%s: %s\nAction: %s" % (f["severity"].upper(), f["code"], where, f["message"], f["action"]))
         parts += ["  " + line for line in f["evidence"]]
-    return _clean("\n".join(parts))
+    return "\n".join(parts)
 
 
 def _seconds(iso):
@@ -40,11 +34,12 @@ def _seconds(iso):
 def render(report):
     from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report import GATE_VERDICTS
 
+    report = printable_tree(report)  # XML 1.0 cannot carry most control characters, even escaped
     gated = GATE_VERDICTS[report["fail_on"]]
     root = ET.Element("testsuites", name="gpufleet %s" % (report.get("playbook") or "report"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for node in report["nodes"]:
-        suite = ET.SubElement(root, "testsuite", name=_clean(node["host"]), timestamp=report["finished"])
+        suite = ET.SubElement(root, "testsuite", name=str(node["host"]), timestamp=report["finished"])
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         node_seconds = 0.0
         by_check = {}
@@ -56,7 +51,7 @@ def render(report):
         if not names:
             names = ["node"]
         for name in names:
-            case = ET.SubElement(suite, "testcase", classname=_clean("gpufleet.%s" % node["host"]), name=_clean(name))
+            case = ET.SubElement(suite, "testcase", classname=str("gpufleet.%s" % node["host"]), name=str(name))
             counts["tests"] += 1
             findings = by_check.get(name, [])
             errors = [f for f in findings if f["severity"] in ("error", "unreachable")]
@@ -66,15 +61,15 @@ def render(report):
             case.set("time", "%.3f" % seconds)
             node_seconds += seconds
             if failing:
-                el = ET.SubElement(case, "failure", message=_clean(failing[0]["message"])[:500], type=failing[0]["code"])
+                el = ET.SubElement(case, "failure", message=str(failing[0]["message"])[:500], type=failing[0]["code"])
                 el.text = _body(failing + errors)
                 counts["failures"] += 1
             elif errors:
-                el = ET.SubElement(case, "error", message=_clean(errors[0]["message"])[:500], type=errors[0]["code"])
+                el = ET.SubElement(case, "error", message=str(errors[0]["message"])[:500], type=errors[0]["code"])
                 el.text = _body(errors)
                 counts["errors"] += 1
             elif check.get("verdict") == "skipped":
-                ET.SubElement(case, "skipped", message=_clean("; ".join(check.get("reasons") or []) or "skipped"))
+                ET.SubElement(case, "skipped", message=str("; ".join(check.get("reasons") or []) or "skipped"))
                 counts["skipped"] += 1
             rest = [f for f in findings if f not in failing and f not in errors]
             if rest:

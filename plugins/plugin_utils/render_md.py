@@ -1,26 +1,47 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """report.md from report.json: the fleet summary table (node, verdict, worst finding, action), then per node its
-findings with evidence. summary_table() is also what the action returns as summary_md for the playbook's debug."""
+findings with evidence. summary_table() is also what the action returns as summary_md for the playbook's debug.
+
+Text from nodes is shown as text: control characters are written out (report_format.printable_tree) and whatever
+Markdown or HTML would interpret is escaped (text()); evidence stays verbatim inside code fences."""
 
 from __future__ import annotations
+
+import re
 
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report_format import (
     count,
     lost_finding,
     number,
+    printable_tree,
     run_times,
 )
+
+# What makes Markdown (CommonMark, GFM) do something: emphasis, links and images, inline HTML and autolinks, code
+# spans, table cells, strikethrough, escapes; an underscore only where it can open or close emphasis (not in_words).
+_MARKDOWN = re.compile(r"[\\`*\[\]<>|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def text(value):
+    """A value as literal Markdown text: every character Markdown would interpret is backslash-escaped."""
+    return _MARKDOWN.sub(lambda m: "\\" + m.group(0), str(value if value is not None else ""))
+
+
+def code(value):
+    """A value inside a code span (no backquote can end it early)."""
+    return "`%s`" % str(value if value is not None else "").replace("`", "'")
 
 _ICON = {"pass": "PASS", "warn": "WARN", "error": "ERROR", "fail": "FAIL", "unreachable": "UNREACHABLE",
          "skipped": "skipped"}
 
 
-def _cell(text, limit=160):
-    text = " ".join(str(text if text is not None else "").split())
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return text.replace("|", "\\|") or "-"
+def cell(value, limit=160):
+    """A table cell: one line, at most `limit` characters, escaped."""
+    value = " ".join(str(value if value is not None else "").split())
+    if len(value) > limit:
+        value = value[: limit - 1] + "…"
+    return text(value) or "-"
 
 
 def counts_line(report):
@@ -47,13 +68,14 @@ def history_line(report):
 
 
 def summary_table(report):
+    report = printable_tree(report)
     lines = ["| node | verdict | stage | worst finding | action |", "|---|---|---|---|---|"]
     for node in report["nodes"]:
         worst = node.get("worst")
         lines.append("| %s | %s | %s | %s | %s |" % (
-            _cell(node["host"]), _ICON.get(node["verdict"], node["verdict"]), _cell(node.get("stage")),
-            _cell(("%s: %s" % (worst["code"], worst["message"])) if worst else "no findings"),
-            _cell(node.get("action") or "none")))
+            cell(node["host"]), _ICON.get(node["verdict"], node["verdict"]), cell(node.get("stage")),
+            cell(("%s: %s" % (worst["code"], worst["message"])) if worst else "no findings"),
+            cell(node.get("action") or "none")))
     footer = "\n".join(line for line in (gate_line(report), history_line(report)) if line)
     title = "Fleet report %s%s: %s" % (report["run_id"], " (INTERRUPTED: what the run had when it stopped)"
                                        if report.get("interrupted") else "", counts_line(report))
@@ -61,6 +83,7 @@ def summary_table(report):
 
 
 def render(report):
+    report = printable_tree(report)
     times = run_times(report)
     took = " (took %s)" % times["duration"] if times["duration"] else ""
     out = ["# GPU fleet report %s%s" % (report["run_id"], " (INTERRUPTED)" if report.get("interrupted") else ""), ""]
@@ -76,15 +99,16 @@ def render(report):
 
         out.append(markdown(report["cadence"]))
     for node in report["nodes"]:
-        out += ["## %s: %s" % (node["host"], _ICON.get(node["verdict"], node["verdict"])), ""]
+        out += ["## %s: %s" % (text(node["host"]), _ICON.get(node["verdict"], text(node["verdict"]))), ""]
         if node.get("stage"):
-            out.append("Stage reached: `%s`" % node["stage"])
+            out.append("Stage reached: %s" % code(node["stage"]))
             out.append("")
         lost = [(g, lost_finding(g)) for g in node.get("gpus") or []]
         lost = [(g, f) for g, f in lost if f is not None]
         if lost:
-            out += ["Lost GPUs: %s" % ", ".join("GPU %s (%s) LOST: %s" % (count(g["index"]), g.get("pci") or "PCI unknown",
-                                                                           f["code"]) for g, f in lost), ""]
+            out += ["Lost GPUs: %s" % ", ".join("GPU %s (%s) LOST: %s" % (count(g["index"]), text(g.get("pci") or
+                                                                                                  "PCI unknown"),
+                                                                           text(f["code"])) for g, f in lost), ""]
         checks = node.get("checks") or {}
         if checks:
             out += ["| check | verdict | figures |", "|---|---|---|"]
@@ -92,15 +116,16 @@ def render(report):
                 check = checks[name]
                 figures = ", ".join("%s=%s" % (k, number(v)) for k, v in sorted(check["figures"].items())
                                     if v is not None)
-                out.append("| %s | %s | %s |" % (_cell(name), _ICON.get(check["verdict"], check["verdict"]),
-                                                 _cell(figures, 240)))
+                out.append("| %s | %s | %s |" % (cell(name), _ICON.get(check["verdict"], check["verdict"]),
+                                                 cell(figures, 240)))
             out.append("")
         if not node["findings"]:
             out += ["No findings.", ""]
         for f in node["findings"]:
             where = " GPU %s" % count(f["gpu"]) if f.get("gpu") is not None else ""
-            out.append("- **%s** `%s`%s: %s  " % (f["severity"].upper(), f["code"], where, " ".join(f["message"].split())))
-            out.append("  Action: %s" % " ".join(f["action"].split()))
+            out.append("- **%s** %s%s: %s  " % (text(f["severity"].upper()), code(f["code"]), where,
+                                                 text(" ".join(f["message"].split()))))
+            out.append("  Action: %s" % text(" ".join(f["action"].split())))
             if f["evidence"]:
                 out.append("")
                 out.append("  ```")

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.packages import require
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
@@ -100,7 +101,7 @@ def load_schema():
 
 def validation_errors(report):
     """Every schema violation as 'path: message' (empty list = valid)."""
-    import jsonschema  # controller only: a dependency of the project, not of the nodes
+    jsonschema = require("jsonschema")  # controller only: a dependency of the project, not of the nodes or Ansible
 
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """How the report's values read to a person, shared by report.md, report.html and the console summary: times in
-UTC with the zone, the run's duration, counts as integers, figures without float noise, and whether a GPU was lost.
+UTC with the zone, the run's duration, counts as integers, figures without float noise, whether a GPU was lost, and
+text from nodes made safe to show (printable: every renderer passes its document through printable_tree).
 
 Nothing here judges: a GPU is "lost" when a judge said so with one of LOST_CODES on that GPU.
 """
@@ -9,6 +10,7 @@ Nothing here judges: a GPU is "lost" when a judge said so with one of LOST_CODES
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 
 # Findings that mean the GPU is gone from the bus (judge_xid): its card shows LOST, never a figure it had before.
@@ -111,3 +113,34 @@ def lost_finding(gpu):
         if f.get("code") in LOST_CODES:
             return f
     return None
+
+
+# Terminal escape sequences (CSI "ESC [ ... letter", OSC "ESC ] ... BEL or ESC \", two-byte "ESC x"): a tool's
+# colours, cursor moves, window titles and links; `cat report.md` would replay them. Dropped.
+_ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]{0,4096}(?:\x07|\x1b\\)?|[ -/]*[0-~])")
+# Every other control character but tab and newline (C0, DEL, C1 such as the one-byte CSI 0x9b), the bidirectional
+# overrides that reorder what a reader sees, and what XML 1.0 cannot carry.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufffe\uffff]")
+
+
+def _written_out(match):
+    code = ord(match.group(0))
+    return "\\x%02x" % code if code < 0x100 else "\\u%04x" % code
+
+
+def printable(text):
+    """Text from a node as it may be shown anywhere: escape sequences dropped, other control characters written out
+    (\\x07, \\u202e), so the evidence still says what the tool printed but nothing in it acts on a terminal or a
+    reader."""
+    return _CONTROL.sub(_written_out, _ESCAPE_SEQUENCE.sub("", text))
+
+
+def printable_tree(value):
+    """printable() on every string of a JSON-like document (keys too); the document itself is left as it was."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable_tree(v) for v in value]
+    return value

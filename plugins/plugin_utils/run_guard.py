@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import THRESHOLDS, resolve
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.unit_values import clean_path
 
 COLLECTION = Path(__file__).resolve().parents[2]
 ROLE_SPEC = COLLECTION / "roles" / "gpufleet" / "meta" / "argument_specs.yml"
@@ -87,14 +88,26 @@ def unknown_variables(host, names, known=None):
     return errors
 
 
+# The role's options that name a file or directory on the node (besides those of type path): each is given to a
+# module that creates, reads or runs it, so it is checked whole, normalised, before any node is touched.
+NODE_PATHS = ("gpufleet_checkpoint_path", "gpufleet_dryrun_entrypoint", "gpufleet_dryrun_torchrun",
+              "gpufleet_train_home", "gpufleet_burn_executable", "gpufleet_dcgm_executable", "gpufleet_nccl_executable")
+
+
 def type_errors(host, values, spec=None):
-    """Errors for role variables of the wrong type or choice, and thresholds of the wrong kind."""
+    """Errors for role variables of the wrong type or choice, paths that are not clean (unit_values.clean_path),
+    and thresholds of the wrong kind."""
     spec = spec if spec is not None else role_spec()
     given = {k: v for k, v in values.items() if k in spec}
     errors = []
     result = ArgumentSpecValidator(spec).validate(given)
     for message in result.error_messages:
         errors.append("host %s: %s (roles/gpufleet/meta/argument_specs.yml)" % (host, message))
+    for name, value in sorted(given.items()):
+        is_path = spec[name].get("type") == "path" or name in NODE_PATHS
+        if is_path and isinstance(value, str) and value and not clean_path(value):
+            errors.append("host %s: %s=%r is not an absolute, normalised path (no . or .. component, no doubled or "
+                          "trailing slash) of letters, digits and . _ - + @ , = (docs/security.md)" % (host, name, value))
     _thresholds, _sources, threshold_errors = resolve(values, host)
     return errors + threshold_errors
 

@@ -31,6 +31,8 @@ pytestmark = [pytest.mark.fleet, pytest.mark.timeout(1500)]
 FLEET_DIR = Path(os.environ.get("GPUFLEET_ELASTIC_FLEET_DIR", "/var/tmp/gpufleet-elastic-fleet"))
 SCENARIO = REPO / "roles" / "elastic_training" / "molecule" / "default"
 UNIT = "gpufleet-elastic-llm.service"
+# What the stand-in torchrun records, in the job's state directory (the unit's /tmp and /var/tmp are private).
+STANDIN = "/var/lib/gpufleet-elastic/llm/torchrun"
 # The molecule scenario's job, for the operations playbook (the job name picks the service).
 JOB = {"elastic_training_job": "llm", "elastic_training_entrypoint": "/opt/train/train.py",
        "elastic_training_torchrun": "/opt/train/bin/torchrun", "elastic_training_user": "trainer",
@@ -165,7 +167,7 @@ def test_status_drain_start_undrain_stop_through_the_playbook(efleet, run):
     assert drain.proc.returncode == 0, drain.output[-3000:]
     state = unit(efleet, "ActiveState", "ExecMainStatus", "Result")
     assert (state["ActiveState"], state["ExecMainStatus"], state["Result"]) == ("inactive", "12", "success"), state
-    assert sh(efleet, "cat /var/tmp/elastic-torchrun.stopped").stdout.strip() == "stopped"  # torchrun got SIGTERM
+    assert sh(efleet, "cat %s.stopped" % STANDIN).stdout.strip() == "stopped"  # torchrun got SIGTERM
     assert "stopping torchrun (drained)" in journal(efleet)
 
     status = run(playbook, "-e", job_file(run), "-e", "elastic_training_action=status")
@@ -173,20 +175,20 @@ def test_status_drain_start_undrain_stop_through_the_playbook(efleet, run):
     assert "last exit 12: stopped or drained on request" in shown and "drained: True (riser swap)" in shown, shown[-3000:]
 
     # started while drained: the gate keeps it out, exit 12, no torchrun
-    sh(efleet, "rm -f /var/tmp/elastic-torchrun.argv")
+    sh(efleet, "rm -f %s.argv" % STANDIN)
     start = run(playbook, "-e", job_file(run), "-e", "elastic_training_action=start")
     assert start.proc.returncode == 0, start.output[-3000:]
     wait_unit(efleet, lambda s: s["ActiveState"] == "inactive" and s["ExecMainStatus"] == "12", "the drained exit")
     assert "gate: FAIL NODE_DRAINED" in journal(efleet) and "drained: not joining the job" in journal(efleet)
-    assert sh(efleet, "test -e /var/tmp/elastic-torchrun.argv", check=False).returncode == 1
+    assert sh(efleet, "test -e %s.argv" % STANDIN, check=False).returncode == 1
 
     undrain = run(playbook, "-e", job_file(run), "-e", "elastic_training_action=undrain")
     assert undrain.proc.returncode == 0, undrain.output[-3000:]
     wait_unit(efleet, lambda s: s["ActiveState"] == "active", "the job running again")
     deadline = time.monotonic() + 60
-    while sh(efleet, "test -e /var/tmp/elastic-torchrun.argv", check=False).returncode and time.monotonic() < deadline:
+    while sh(efleet, "test -e %s.argv" % STANDIN, check=False).returncode and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert "--rdzv-id=llm" in sh(efleet, "cat /var/tmp/elastic-torchrun.argv").stdout
+    assert "--rdzv-id=llm" in sh(efleet, "cat %s.argv" % STANDIN).stdout
 
     stop = run(playbook, "-e", job_file(run), "-e", "elastic_training_action=stop")
     assert stop.proc.returncode == 0, stop.output[-3000:]

@@ -29,3 +29,13 @@ def hosts():
 def in_play():
     """Hosts still in the play at the report (None: decided from each host's own record)."""
     return None
+
+
+def report_doc(run_id="sample", playbook="burn_in"):
+    """The sample fleet judged and built into a report document, as the fleet report writes it."""
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils import report
+
+    data = hosts()
+    nodes = report.evaluate_fleet(list(data), data, in_play())
+    return report.build_report(nodes, run_id, playbook=playbook, started="2026-11-29T09:00:00+00:00",
+                               finished="2026-11-29T10:12:00+00:00")

@@ -15,7 +15,7 @@ import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO
 
 SIM_BIN = REPO / "sim" / "bin"
-EXTRA = {"job_postmortem_logs": ["{{ gpufleet_sim_state_dir }}/job/*.log"],
+EXTRA = {"job_postmortem_logs": ["{{ gpufleet_sim_state_dir }}/job/*.log"], "job_postmortem_job_user": str(os.getuid()),
          "job_postmortem_dump_prefixes": ["{{ gpufleet_sim_state_dir }}/job/dumps/nccl_trace_rank_"]}
 
 

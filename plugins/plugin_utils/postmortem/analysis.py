@@ -8,8 +8,13 @@ A node without evidence keeps its ranks as "no evidence"; everything else is ana
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import hardware, logs, topology, verdict
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.flight import analyse_dumps
+
+STORE_PREFIX = "gpufleet-dumps-"  # plugins/action/job_evidence.py writes the dumps' bytes there
 
 DEFAULTS = {"since": None, "until": None, "world_size": None, "pre_s": 300.0, "post_s": 600.0, "psu_rails": {},
             "thresholds": {}, "notes": [],
@@ -40,7 +45,8 @@ def _dump_items(good, window, notes):
             rank, name = dump.get("rank"), "%s:%s" % (host, dump.get("path"))
             if not isinstance(rank, int):
                 continue
-            if dump.get("error") or dump.get("skipped") or not dump.get("data_b64"):
+            data = dump.get("data_b64") or _stored(dump.get("data_file"))
+            if dump.get("error") or dump.get("skipped") or not data:
                 skipped.append({"rank": rank, "file": name, "host": host,
                                 "error": dump.get("error") or "not sent: %s" % (dump.get("skipped") or "no data")})
                 continue
@@ -53,8 +59,40 @@ def _dump_items(good, window, notes):
                              % (rank, seen[rank], host))
                 continue
             seen[rank] = host
-            items.append((rank, name, dump["data_b64"]))  # decoded by the reader (in its worker process)
+            items.append((rank, name, data))  # base64 decoded by the reader (in its worker process), or a loader
     return items, seen, skipped
+
+
+def stored_dump_files(hosts):
+    """The controller files the job_evidence action wrote for these results (to delete once read)."""
+    return [path for result in (hosts or {}).values() if isinstance(result, dict)
+            for dump in result.get("dumps") or [] if isinstance(dump, dict)
+            for path in [_store_path(dump.get("data_file"))] if path]
+
+
+def _store_path(path):
+    """A data_file only where the job_evidence action writes (a gpufleet-dumps-* directory of the controller's temp
+    directory): a path from anywhere else in a result is never read nor deleted."""
+    if not isinstance(path, str) or not path:
+        return None
+    real = os.path.realpath(path)
+    parent = os.path.dirname(real)
+    if os.path.dirname(parent) != os.path.realpath(tempfile.gettempdir()) \
+            or not os.path.basename(parent).startswith(STORE_PREFIX):
+        return None
+    return real
+
+
+def _stored(path):
+    """A loader of a stored dump's bytes (read when the reader gets to it), or None."""
+    real = _store_path(path)
+    if real is None:
+        return None
+
+    def load():
+        with open(real, "rb") as fh:
+            return fh.read()
+    return load
 
 
 def _world_size(options, flight, good):

@@ -13,8 +13,11 @@ import json
 from pathlib import Path
 
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import report as fleet_report
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.packages import require
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import findings as findings_mod
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import rel_text
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.render_md import cell, code, text
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report_format import printable_tree
 
 SCHEMA_VERSION = "2.0"  # 2.0: hardware issues carry judge_xid's code and severity
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "postmortem_schema.json"
@@ -122,7 +125,7 @@ def build(result, run_id, created=None):
 
 
 def validation_errors(doc):
-    import jsonschema  # controller only
+    jsonschema = require("jsonschema")  # controller only
 
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         schema = json.load(fh)
@@ -143,38 +146,40 @@ def to_json(doc):
 
 
 def summary_line(doc):
-    v = doc["verdict"]
+    v = printable_tree(doc["verdict"])
     return "Job post-mortem %s: %s (confidence %s): %s" % (doc["run_id"], v["kind"].upper(), v["confidence"],
                                                           v["message"])
 
 
 def render_md(doc):
+    doc = printable_tree(doc)
     v, w = doc["verdict"], doc["job"]["window"]
     out = ["# Job post-mortem %s" % doc["run_id"], "",
-           "- hosts: %s" % (", ".join(doc["job"]["hosts"]) or "-"),
+           "- hosts: %s" % (text(", ".join(doc["job"]["hosts"])) or "-"),
            "- world size: %s (%s)" % (doc["job"]["world_size"] or "unknown", doc["job"]["world_size_basis"] or "-"),
            "- window: %s .. %s (%s); T = %s, when the watchdog fired" % (
                w["since_iso"] or "-", w["until_iso"] or "-", w["basis"] or "no timestamps", w["t_fire_iso"] or "?"),
-           "", "## Verdict: %s (confidence %s)" % (v["kind"].upper(), v["confidence"]), "", v["message"], "",
-           "**Action:** %s" % v["action"], ""]
+           "", "## Verdict: %s (confidence %s)" % (v["kind"].upper(), v["confidence"]), "", text(v["message"]), "",
+           "**Action:** %s" % text(v["action"]), ""]
     if v["evidence"]:
         out += ["```"] + [line.replace("```", "'''") for line in v["evidence"]] + ["```", ""]
     out += ["## Findings", "", "| severity | code | message | action |", "|---|---|---|---|"]
     for f in doc["findings"]:
-        out.append("| %s | %s | %s | %s |" % (f["severity"].upper(), f["code"], _cell(f["message"]), _cell(f["action"])))
+        out.append("| %s | %s | %s | %s |" % (f["severity"].upper(), code(f["code"]), cell(f["message"], 300),
+                                              cell(f["action"], 300)))
     if doc["hardware"]:
         out += ["", "## GPU events in the window", "", "| node | GPU | PCI | XID | when | what |", "|---|---|---|---|---|---|"]
         for i in doc["hardware"]:
-            out.append("| %s | %s | %s | %s | %s | %s |" % (i["host"], ",".join(str(g) for g in i["gpus"]),
-                                                            ",".join(str(p) for p in i["pcis"]),
+            out.append("| %s | %s | %s | %s | %s | %s |" % (cell(i["host"]), ",".join(str(g) for g in i["gpus"]),
+                                                            cell(",".join(str(p) for p in i["pcis"])),
                                                             ",".join(str(x) for x in i["xids"]), rel_text(i["t_rel_s"]),
-                                                            _cell(i["description"])))
+                                                            cell(i["description"], 300)))
     out += ["", "## Ranks", "", "| rank | node | local | GPU | PCI | dump | enqueued | completed | role |",
             "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["ranks"][:1024]:
         st = r["status"] or {}
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["rank"], r["host"] or "?", _dash(r["local_rank"]), _dash(r["gpu"]), r["pci"] or "-", r["dump"],
+            r["rank"], cell(r["host"] or "?"), _dash(r["local_rank"]), _dash(r["gpu"]), cell(r["pci"]), cell(r["dump"]),
             _dash(st.get("last_enqueued")), _dash(st.get("last_completed")), r["role"]))
     return "\n".join(out).rstrip() + "\n"
 
@@ -183,9 +188,6 @@ def _dash(value):
     return "-" if value is None else str(value)
 
 
-def _cell(text, limit=300):
-    text = " ".join(str(text or "").split())
-    return (text[: limit - 1] + "…" if len(text) > limit else text).replace("|", "\\|") or "-"
 
 
 def render_html(doc):
@@ -196,6 +198,7 @@ def render_html(doc):
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["rel"] = rel_text
     env.filters["dash"] = _dash
+    doc = printable_tree(doc)  # autoescaping does not touch control characters
     return env.get_template(TEMPLATE).render(doc=doc, v=doc["verdict"], w=doc["job"]["window"])
 
 

@@ -7,7 +7,9 @@ prefix + rank) into a directory every user can write. Unpickling runs code chose
 - find_class refuses every global and persistent_load every persistent id: no callable can reach the pickle machine,
   so REDUCE/BUILD/NEWOBJ have nothing to call. Only dict, list, tuple, str, int, float, bool, None (and bytes) result;
   sets and byte arrays (opcodes without a global) are refused by a type check;
-- the input is size-limited, and its worst-case memory (containers per opcode byte) is estimated before loading;
+- the input is size-limited, its opcodes are walked first (memo_scan: a store to a memo index the stream cannot
+  have filled would make the C unpickler allocate gigabytes in one step), and its worst-case memory (containers per
+  opcode byte, the memo array) is estimated before loading;
 - every read of the unpickler goes through a reader that stops at a deadline.
 Format (torch/csrc/distributed/c10d/FlightRecorder.hpp, fr_trace's loader): {version "2.x", pg_config {pg name:
 {name, desc, ranks "[0, 1]"}}, pg_status {pg id: {last_enqueued_collective, last_started_collective,
@@ -22,6 +24,7 @@ import base64
 import gc
 import json
 import pickle
+import pickletools
 import time
 
 MAX_DUMP_BYTES = 64 * 1024 * 1024
@@ -95,10 +98,85 @@ class _Restricted(pickle.Unpickler):
                         % (self._name, str(pid)[:80]))
 
 
-def memory_estimate(data):
-    """Worst-case bytes of Python objects the pickle can create (an upper bound, computed at C speed)."""
+def memory_estimate(data, memo_slots=0):
+    """Worst-case bytes of Python objects the pickle can create (an upper bound, computed at C speed), plus the C
+    unpickler's memo array for memo_slots entries (it doubles: 16 bytes a slot)."""
     creators = len(data) - len(data.translate(None, _CREATORS))
-    return 12 * len(data) + 72 * creators
+    return 12 * len(data) + 72 * creators + 16 * memo_slots
+
+
+def _opcode_table():
+    """Per opcode byte, from pickletools' descriptions: ("fixed", argument bytes), ("line", newline-terminated
+    arguments) or ("counted", bytes of the little-endian length before the data, signed); None: not an opcode."""
+    table = [None] * 256
+    counted = {pickletools.TAKEN_FROM_ARGUMENT1: (1, False), pickletools.TAKEN_FROM_ARGUMENT4: (4, True),
+               pickletools.TAKEN_FROM_ARGUMENT4U: (4, False), pickletools.TAKEN_FROM_ARGUMENT8U: (8, False)}
+    for op in pickletools.opcodes:
+        arg = op.arg
+        if arg is None or arg.n >= 0:
+            table[ord(op.code)] = ("fixed", arg.n if arg is not None else 0, False)
+        elif arg.n == pickletools.UP_TO_NEWLINE:
+            table[ord(op.code)] = ("line", 2 if arg.name == "stringnl_noescape_pair" else 1, False)
+        else:
+            table[ord(op.code)] = ("counted",) + counted[arg.n]
+    return table
+
+
+_OPCODES = _opcode_table()
+_FIXED = [entry[1] if entry and entry[0] == "fixed" else -1 for entry in _OPCODES]
+_PUT, _BINPUT, _LONG_BINPUT, _MEMOIZE = (ord(pickletools.code2op[c].code) for c in "pqr\x94")
+_MEMO = [code if code in (_BINPUT, _LONG_BINPUT, _MEMOIZE) else 0 for code in range(256)]  # stores of fixed size
+
+
+def memo_scan(data, name):
+    """Walk the opcodes (arguments skipped by their length, not parsed) and return how many memo stores there are.
+
+    Raises DumpError for a store to an index no sequence of stores in this stream could have reached (pickle and
+    torch's pickler number them 0, 1, 2 ...): one such opcode makes the C unpickler grow its memo to that index at
+    once, gigabytes from a few bytes. A stream that ends early or holds an unknown byte or a negative length is left
+    to the unpickler, which refuses it."""
+    fixed, memo, table, find, n = _FIXED, _MEMO, _OPCODES, data.find, len(data)  # locals: the loop runs per opcode
+    pos = stores = 0
+    while pos < n:
+        code = data[pos]
+        pos += 1
+        size = fixed[code]
+        if size >= 0:
+            pos += size
+            if not memo[code]:
+                continue
+            if pos > n:
+                return stores
+            if memo[code] == _MEMOIZE:
+                stores += 1
+                continue
+            index = int.from_bytes(data[pos - size:pos], "little")  # BINPUT, LONG_BINPUT
+        elif table[code] is None:
+            return stores
+        elif table[code][0] == "counted":
+            _kind, size, signed = table[code]
+            length = int.from_bytes(data[pos:pos + size], "little", signed=signed)
+            if length < 0:
+                return stores
+            pos += size + length
+            continue
+        else:
+            index = None
+            for _line in range(table[code][1]):
+                end = find(b"\n", pos)
+                if end < 0:
+                    return stores
+                if code == _PUT:
+                    text = data[pos:end]
+                    if text.isdigit():  # anything else is the unpickler's to refuse
+                        index = int(text) if len(text) < 20 else 10 ** 19
+                pos = end + 1
+        if index is not None:
+            if index > stores:
+                raise DumpError("%s: refused, the pickle stores to memo index %d after %d stores (a forged pickle: it "
+                                "would take gigabytes to unpickle): not a flight-recorder dump" % (name, index, stores))
+            stores += 1
+    return stores
 
 
 def _check_types(obj, name):
@@ -131,7 +209,7 @@ def load_dump(data, name, max_bytes=MAX_DUMP_BYTES, max_seconds=MAX_DUMP_SECONDS
     if len(data) > max_bytes:
         raise DumpError("%s: %d bytes, over the %d-byte limit: not read (raise the limit or lower "
                         "TORCH_NCCL_TRACE_BUFFER_SIZE)" % (name, len(data), max_bytes))
-    estimate = memory_estimate(data)
+    estimate = memory_estimate(data, memo_scan(data, name))
     if estimate > max_memory:
         raise DumpError("%s: could need up to %d MiB of memory to unpickle (limit %d MiB): not read"
                         % (name, estimate // 1048576, max_memory // 1048576))

@@ -258,6 +258,25 @@ def _read_in_worker(read, payload, rank, name, limits):
     return result, (os.getpid(), usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
 
 
+_WORKER_MARGIN_BYTES = 512 * 1024 * 1024  # the reduction's own objects and the allocator's slack, over the limit
+
+
+def worker_setup(roots, max_memory):
+    """(initializer, initargs) of a dump-reading pool process: the directory holding ansible_collections/ on its path
+    and its address space bounded (RLIMIT_AS) to its size at start plus the dump memory limit and a margin, so a dump
+    that fools the memory estimate ends in a MemoryError there (that dump is refused), never in the controller's
+    memory. exec of stdlib-only source: the child cannot import this collection before its path is set."""
+    source = "import site\nfor root in %r: site.addsitedir(root)\n" % (list(roots),)
+    if max_memory:
+        source += ("import os, resource\n"
+                   "with open('/proc/self/statm') as fh: size = int(fh.read().split()[0]) * os.sysconf('SC_PAGE_SIZE')\n"
+                   "limit = size + %d\n"
+                   "_soft, hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+                   "if hard == resource.RLIM_INFINITY or hard > limit:\n"
+                   "    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))\n" % (int(max_memory) + _WORKER_MARGIN_BYTES))
+    return exec, (source,)
+
+
 def _parallel(jobs, read, workers, limits, costs):
     """Yield (rank, name, (reduced, error)) in order, reading up to `workers` dumps at once in child processes, at
     most 2 * workers dumps in flight. None when no pool. The children come from a fork server: they start clean
@@ -265,7 +284,6 @@ def _parallel(jobs, read, workers, limits, costs):
     import concurrent.futures
     import multiprocessing
     import os
-    import site
     from pathlib import Path
 
     # Under Ansible this module is found by Ansible's collection loader, which a fresh process does not have: the
@@ -273,10 +291,10 @@ def _parallel(jobs, read, workers, limits, costs):
     # so the initializer itself needs no import of this collection).
     here = Path(os.path.abspath(__file__))  # not resolved: the repository links ansible_collections back to itself
     roots = [str(p.parent) for p in here.parents if p.name == "ansible_collections"][:1]
+    initializer, initargs = worker_setup(roots, limits.get("max_memory"))
     try:
         pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("forkserver"),
-                                                      initializer=site.addsitedir if roots else None,
-                                                      initargs=tuple(roots))
+                                                      initializer=initializer, initargs=initargs)
     except (OSError, ValueError, ImportError, NotImplementedError):
         return None
 

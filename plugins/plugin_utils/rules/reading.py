@@ -17,8 +17,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-import jsonschema
-from referencing import Registry, Resource
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.packages import require
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -34,17 +33,18 @@ ENVELOPE = frozenset((
 
 @lru_cache(maxsize=None)
 def _registry():
+    referencing = require("referencing")
     resources = []
     for path in sorted(SCHEMA_DIR.glob("*.json")):
         schema = json.loads(path.read_text())
-        resources.append((schema["$id"], Resource.from_contents(schema)))
-    return Registry().with_resources(resources)
+        resources.append((schema["$id"], referencing.Resource.from_contents(schema)))
+    return referencing.Registry().with_resources(resources)
 
 
 @lru_cache(maxsize=None)
 def validator(name):
     schema = json.loads((SCHEMA_DIR / ("%s.json" % name)).read_text())
-    cls = jsonschema.validators.validator_for(schema)
+    cls = require("jsonschema.validators", "jsonschema").validator_for(schema)
     return cls(schema, registry=_registry())
 
 

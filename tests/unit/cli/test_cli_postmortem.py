@@ -24,7 +24,7 @@ def test_postmortem_command_runs_the_playbook_and_shows_the_verdict(tmp_path):
     proc = subprocess.run(cli + ["-i", str(inv), "-l", "node01,node02,node03,node04",
                                  "--logs", "{{ gpufleet_sim_state_dir }}/job/*.log",
                                  "--dump-prefix", "{{ gpufleet_sim_state_dir }}/job/dumps/nccl_trace_rank_",
-                                 "--report-dir", str(tmp_path / "reports"), "-q"],
+                                 "--job-user", str(os.getuid()), "--report-dir", str(tmp_path / "reports"), "-q"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "SOFTWARE (confidence high)" in proc.stdout

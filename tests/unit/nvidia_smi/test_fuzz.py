@@ -1,5 +1,7 @@
 """No input makes an nvidia-smi parser raise: random text, bytes and mutated fixtures go in, a dict comes out."""
 
+import math
+import re
 from pathlib import Path
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import nvidia_smi as n
@@ -75,3 +77,36 @@ def test_mutated_fixture_never_raises(data):
     mutated = text[:cut] + junk + text[cut + data.draw(st.integers(0, 50)):]
     for result in (n.parse_query_gpu(mutated), n.parse_q(mutated), n.parse_compute_apps(mutated)):
         assert all(p["kind"] != "parser_error" for p in result["problems"])
+
+
+NUMERIC_FIELDS = sorted(name for name, kind in n.FIELD_KINDS.items() if kind in ("int", "float") and name != "index")
+WHOLE = re.compile(r"\s*([0-9]+)(?:\.([0-9]+))?\s*(\S*)\s*")
+CELLS = st.one_of(
+    st.integers(-10 ** 20, 10 ** 20).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.tuples(st.integers(0, 10 ** 6), st.sampled_from(n.NUMBER_UNITS + ("", " "))).map(lambda t: "%d %s" % t),
+    st.text(alphabet="0123456789.-+eExXabf _%MiBW/\u0663\u00b2", max_size=12),
+    st.text(max_size=8),
+)
+
+
+@SETTINGS
+@given(st.sampled_from(NUMERIC_FIELDS), CELLS)
+def test_numeric_fields_are_the_whole_cell_or_unreadable(field, cell):
+    """Every numeric field of the query: a value only when the WHOLE cell is a non-negative number (and one of the
+    units nvidia-smi prints); otherwise no value and, unless the cell is one of the no-value spellings, a problem."""
+    cell = cell.replace(",", "").replace("\n", "").replace("\r", "")
+    parsed = n.parse_query_gpu("0, 00000000:01:00.0, %s\n" % cell, ["index", "pci.bus_id", field])
+    (row,) = parsed["gpus"]
+    value = row["values"][field]
+    match = WHOLE.fullmatch(cell)
+    if value is None:
+        if cell.strip().lower() not in n.NOT_AVAILABLE:
+            assert [p["message"] for p in parsed["problems"]] == ["%s: %s" % (field, cell.strip())]
+        assert not (match and match.group(3) in n.NUMBER_UNITS + ("",)
+                    and (n.FIELD_KINDS[field] == "float" or not (match.group(2) or "").strip("0")))
+        return
+    assert match and match.group(3) in n.NUMBER_UNITS + ("",), cell
+    assert not isinstance(value, bool) and value >= 0 and math.isfinite(value)
+    number = match.group(1) + ("." + match.group(2) if match.group(2) else "")
+    assert value == (int(match.group(1)) if n.FIELD_KINDS[field] == "int" else float(number))

@@ -132,6 +132,32 @@ def test_convert_value_rejects_nonsense_numbers():
     assert n.convert_value("[GPU is lost]", "int") == (None, "lost")
 
 
+@pytest.mark.parametrize("cell", ["1e309", "1.5e3", "12abc", "0x10", "-3", "+3", "-0", "1_000", "5 5", "inf", "nan",
+                                  "\u0663", "1.", ".5", "3 MiBs"])
+@pytest.mark.parametrize("kind", ["int", "float"])
+def test_numbers_are_read_whole_or_not_at_all(cell, kind):
+    # A prefix is never a value: "1e309" is not 1, "0x10" not 0, "12abc" not 12; nvidia-smi prints none of these.
+    assert n.convert_value(cell, kind) == (None, "unreadable")
+
+
+@pytest.mark.parametrize("cell,kind,value", [("45", "int", 45), ("45 %", "int", 45), ("250.00 W", "float", 250.0),
+                                             ("1024 MiB", "int", 1024), ("16x", "int", 16), ("7.0", "int", 7),
+                                             ("98765432109876543210", "int", 98765432109876543210)])
+def test_numbers_with_the_units_nvidia_smi_prints(cell, kind, value):
+    assert n.convert_value(cell, kind) == (value, "ok")
+
+
+def test_a_negative_counter_is_an_unreadable_field_not_a_value():
+    text = "0, 00000000:01:00.0, -2, 0\n"
+    parsed = n.parse_query_gpu(text, ["index", "pci.bus_id", "remapped_rows.uncorrectable",
+                                      "ecc.errors.uncorrected.volatile.total"])
+    (row,) = parsed["gpus"]
+    assert row["values"]["remapped_rows.uncorrectable"] is None
+    assert row["values"]["ecc.errors.uncorrected.volatile.total"] == 0
+    assert [(p["kind"], p["message"]) for p in parsed["problems"]] == [
+        ("unreadable_field", "remapped_rows.uncorrectable: -2")]
+
+
 def test_throttle_mask_decoding_keeps_unknown_bits():
     assert n.decode_throttle_mask(0) == []
     assert n.decode_throttle_mask(0x1) == ["gpu_idle"]

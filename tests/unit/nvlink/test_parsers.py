@@ -101,6 +101,14 @@ def test_errors_na_unknown_error_and_new_counters():
     assert parse_nvlink_errors(read("errors_gb300_no_uuid.txt"))["gpus"][0]["links"][0]["crc_errors"] == 0
 
 
+@pytest.mark.parametrize("cell", ["-4", "1e3", "12abc", "0x10"])
+def test_errors_counter_read_whole_a_negative_or_partial_number_is_unreadable(cell):
+    out = parse_nvlink_errors("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n\t Link 0: CRC Errors: %s\n" % cell)
+    assert out["gpus"][0]["links"][0] == {"crc_errors": None}
+    assert [(p["kind"], p["message"]) for p in out["problems"]] == [("unreadable_field",
+                                                                     "GPU 0 link 0 crc_errors: %s" % cell)]
+
+
 def test_topo_hgx_with_nics_and_ansi():
     out = parse_topo_matrix(read("topo_h100_nics_ansi.txt"))
     assert out["devices"] == ["GPU%d" % i for i in range(8)] + ["NIC0", "NIC1"]

@@ -15,6 +15,8 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.dump_r
     reduce_dump,
 )
 from helpers.fr_dumps import job_dumps
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 class _Touch:
@@ -134,3 +136,67 @@ def test_reduce_tolerates_unknown_keys_and_wrong_types():
             "pg_config": {"0": {"ranks": "[0, 1"}}, "pg_status": [], "future_key": object.__name__}
     out = reduce_dump(dump, 0, "f")
     assert out["version"] is None and out["pgs"]["0"]["last_enqueued"] == 1 and out["pgs"]["0"]["ranks"] is None
+
+
+BOMBS = {
+    # 9 bytes: store None at memo index 2**31-1. The C unpickler grows its memo array to that index at once: 38 s and
+    # 4 GB for a file that passes the memory estimate (9 bytes of input).
+    "LONG_BINPUT": b"\x80\x02Nr\xff\xff\xff\x7f.",
+    "PUT (text)": b"\x80\x02Np2147483647\n.",
+    "BINPUT past the stores": b"\x80\x02Nq\x00Nq\xc8.",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_a_memo_index_the_stream_cannot_fill_is_refused_before_unpickling(name):
+    # In a child with 1 GiB of address space, so that a reader without the check fails there, not on this machine.
+    probe = ("import resource, sys, time\n"
+             "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+             "from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.dump_reader import read_dump\n"
+             "t = time.monotonic()\n"
+             "reduced, error = read_dump(%r, 0, 'nccl_trace_rank_0')\n"
+             "print('%%.3f' %% (time.monotonic() - t), error)" % BOMBS[name])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seconds, error = out.stdout.strip().split(" ", 1)
+    assert error.startswith("nccl_trace_rank_0: refused, the pickle stores to memo index "), error
+    assert "not a flight-recorder dump" in error and float(seconds) < 1.0
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_memo_scan_accepts_every_protocol_pickle_writes(protocol):
+    dump = job_dumps(world=2, seq=300, history=200)[0]
+    data = pickle.dumps(dump, protocol=protocol)
+    assert load_dump(data, "f") == dump
+
+
+def test_reading_workers_cannot_take_more_memory_than_the_limit():
+    # The pool's children start with RLIMIT_AS at their own size plus the dump memory limit: an allocation past it is
+    # a MemoryError in the child (that dump is refused), never the controller's memory.
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem import flight
+
+    init, args = flight.worker_setup([], 256 * 1024 * 1024)
+    probe = ("init, args = %r, %r\n"
+             "import resource\n"
+             "init(*args)\n"
+             "soft, _hard = resource.getrlimit(resource.RLIMIT_AS)\n"
+             "try:\n"
+             "    block = bytes(1024 * 1024 * 1024)\n"  # calloc: no page touched where it is allowed
+             "    print(soft, 'allocated')\n"
+             "except MemoryError:\n"
+             "    print(soft, 'refused')\n" % (init, args))
+    out = subprocess.run([sys.executable, "-c", probe.replace("<built-in function exec>", "exec")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    soft, outcome = out.stdout.split()
+    assert outcome == "refused" and int(soft) > 256 * 1024 * 1024
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64), st.sampled_from([b"", b"\x80\x02", b"\x80\x04\x95"]))
+def test_any_bytes_are_a_dump_or_a_dump_error(data, head):
+    try:
+        load_dump(head + data, "f", max_memory=64 * 1024 * 1024)
+    except DumpError:
+        pass

@@ -12,6 +12,7 @@ torch's analyzer (python -m torch.distributed.flight_recorder.fr_trace) is compa
   the entries name the group '0'. Our reader pairs a dump's only group with its only pg_config entry (and says so).
 """
 
+import os
 import subprocess
 import time
 
@@ -52,7 +53,8 @@ def run_job(tmp_path, mode, rank, nproc=3):
 
 def evidence(log, dumps):
     return run_module("job_evidence", {"logs": [str(log)], "dump_prefixes": [str(dumps / "nccl_trace_rank_")] if dumps
-                                       else [], "kernel_log": "none", "nvidia_smi": False, "scan_processes": False})
+                                       else [], "kernel_log": "none", "nvidia_smi": False, "scan_processes": False,
+                                       "job_user": str(os.getuid())})  # the job ran as this test's user
 
 
 def test_real_job_one_rank_sleeps_before_all_reduce(tmp_path):

@@ -1,10 +1,14 @@
 """tool_runner: timeouts kill the whole process group, output is decoded, nothing reaches a shell."""
 
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool
+from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import MAX_OUTPUT_BYTES, run_tool
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _alive(pid):
@@ -69,3 +73,47 @@ def test_pipe_held_outside_the_group_does_not_hang(tmp_path):
         assert time.monotonic() - started < 30
     finally:
         os.kill(int(pidfile.read_text()), 9)
+
+
+FLOOD = ("import sys\n"
+         "chunk = b'x' * 1048576\n"
+         "sys.stdout.buffer.write(b'first line\\n')\n"
+         "for _ in range(%d): sys.stdout.buffer.write(chunk)\n"
+         "sys.stdout.buffer.write(b'\\nlast line\\n')\n")
+
+
+def test_output_is_cut_while_it_is_read_memory_stays_bounded():
+    # 256 MiB of output: run_tool keeps its 4 MiB head and tail as it reads, so the reading process never holds the
+    # rest (before: all of it, then a decoded copy). Measured in a fresh process: its peak RSS is its own.
+    probe = ("import resource, sys\n"
+             "from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool\n"
+             "r = run_tool([sys.executable, '-c', %r], timeout_s=120)\n"
+             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, len(r.stdout), r.output_cut,"
+             " r.as_dict()['output_cut_bytes'], r.stdout.startswith('first line'), r.stdout.endswith('last line\\n'),"
+             " r.rc)" % (FLOOD % 256))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "collections"))
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr
+    peak_mb, kept, cut, cut_bytes, head, tail, rc = out.stdout.split()
+    assert int(peak_mb) < 120, "peak RSS %s MB for 256 MiB of output" % peak_mb
+    assert cut == "True" and head == "True" and tail == "True" and rc == "0"
+    total = 256 * 1048576 + len("first line\n\nlast line\n")
+    assert int(cut_bytes) == total - MAX_OUTPUT_BYTES
+    assert MAX_OUTPUT_BYTES <= int(kept) < MAX_OUTPUT_BYTES + 200  # the head, the tail and the note between them
+
+
+def test_both_streams_are_drained_while_the_tool_writes_stdin_is_fed():
+    # stderr fills its pipe while stdout is busy, and the tool reads its stdin while it writes: nothing may block.
+    script = ("import sys\n"
+              "data = sys.stdin.buffer.read()\n"
+              "for _ in range(40): sys.stderr.buffer.write(b'e' * 1048576); sys.stdout.buffer.write(b'o' * 1048576)\n"
+              "sys.stdout.write(str(len(data)))\n")
+    result = run_tool([sys.executable, "-c", script], timeout_s=60, stdin_data=b"i" * (3 * 1048576))
+    assert result.rc == 0 and not result.timed_out
+    assert result.stdout.endswith("3145728") and result.output_cut
+    assert result.as_dict()["output_cut_bytes"] == 2 * (40 * 1048576 - MAX_OUTPUT_BYTES) + len("3145728")
+
+
+def test_short_output_is_not_cut():
+    result = run_tool(["echo", "hello"], timeout_s=10)
+    assert result.stdout == "hello\n" and not result.output_cut and result.as_dict()["output_cut_bytes"] == 0

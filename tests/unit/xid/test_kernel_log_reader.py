@@ -3,6 +3,8 @@ identity across rotation), and read_kernel_log's contract for its callers (xid_f
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,34 @@ def test_a_state_of_another_source_reads_as_a_first_run(tmp_path):
     state.write_text("{not json")
     read = read_kernel_log("file", path=str(FIX / "xid_channel.log"), state_file=str(state))
     assert any("unreadable" in n for n in read.facts()["notes"])
+
+
+def test_an_overlong_journal_record_is_skipped_with_a_note_and_the_rest_is_read(tmp_path):
+    records = (FIX / "journal_two_boots.json").read_text().splitlines(keepends=True)
+    log = tmp_path / "saved.json"
+    log.write_text("{" + "x" * (3 * 1024 * 1024) + "\n" + "".join(records))
+    facts = read_kernel_log("file", path=str(log)).facts()
+    whole = read_kernel_log("file", path=str(FIX / "journal_two_boots.json")).facts()
+    assert [e["xid"] for e in facts["events"]] == [e["xid"] for e in whole["events"]] != []
+    assert facts["unparsed"]["by_reason"] == dict(whole["unparsed"]["by_reason"], overlong_line=1)
+    assert any("1 record(s) longer than" in n and "skipped" in n for n in facts["notes"]), facts["notes"]
+
+
+def test_a_huge_file_without_a_newline_costs_bounded_memory(tmp_path):
+    # 256 MiB that start with "{" and never end a line: the reader keeps at most one record's limit of it (before:
+    # the whole "line", then its decoded copy; a 2 GB file took 4.1 GB and the module died with "Module failed.").
+    log = tmp_path / "kern.json"
+    with open(log, "wb") as fh:
+        fh.write(b"{")
+        fh.truncate(256 * 1024 * 1024)  # sparse: the file reads as NUL bytes, no disk used
+    probe = ("import resource, sys\n"
+             "from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import read_kernel_log\n"
+             "facts = read_kernel_log('file', path=%r).facts()\n"
+             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, facts['unparsed']['by_reason'],"
+             " facts['notes'])" % str(log))
+    env = dict(os.environ, PYTHONPATH=str(FIX.parents[2] / "collections"))
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    peak_mb, rest = out.stdout.split(" ", 1)
+    assert int(peak_mb) < 100, "peak RSS %s MB reading a 256 MiB line" % peak_mb
+    assert "'overlong_line': 1" in rest and "record(s) longer than" in rest
