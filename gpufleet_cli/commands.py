@@ -181,8 +181,9 @@ def history_node(history, host, days, console):
         table.add_row(_day(r["ts"]), r["run_id"], r["playbook"] or "-", r["verdict"], _n(r.get("gpu_count")),
                       r.get("driver") or "-", ", ".join(r["codes"]) or "-")
     console.print(table)
-    console.print("verdicts %s" % sparkline([{"pass": 0, "warn": 1, "error": 2, "fail": 3, "unreachable": 3}.get(
-        r["verdict"], 2) for r in runs]), markup=False, highlight=False)
+    ranks = verdict_rank()
+    console.print("verdicts %s" % sparkline([ranks.get(r["verdict"], ranks["error"]) for r in runs]), markup=False,
+                  highlight=False)
     stale = [s for s in history.fleet_summary() if s["name"] == host and s["stale"]]
     if stale:
         console.print("[bold magenta]stale:[/] no good run since %s" % _day(stale[0]["good_ts"]))
@@ -209,6 +210,14 @@ def use_collection():
     path = str(Path(__file__).resolve().parents[1] / "collections")
     if path not in sys.path:
         sys.path.insert(0, path)
+
+
+def verdict_rank():
+    """{verdict: rank} in the collection's one verdict order (module_utils/findings.py)."""
+    use_collection()
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import VERDICT_ORDER
+
+    return {v: i for i, v in enumerate(VERDICT_ORDER)}
 
 
 def cmd_history(args):

@@ -16,9 +16,13 @@ __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
-# Check verdicts, ascending. A proven failure outranks "could not run": it carries evidence and an action, while
-# error only says "unknown". skipped outranks pass so a run that skipped work never reads as a clean pass.
-VERDICT_ORDER = ("pass", "skipped", "warn", "error", "fail")
+# The one verdict order of the collection (checks, GPUs, nodes, the fleet; every surface reads it from here),
+# ascending. A proven failure outranks "could not run": it carries evidence and an action, while error only says
+# "unknown". skipped outranks pass so a run that skipped work never reads as a clean pass. unreachable is a node's
+# (it dropped out): worse than any verdict of a node that answered.
+VERDICT_ORDER = ("pass", "skipped", "warn", "error", "fail", "unreachable")
+# What a node, a GPU or the fleet can be (skipped is a check's: a node is judged by what did run).
+NODE_VERDICTS = tuple(v for v in VERDICT_ORDER if v != "skipped")
 _RANK = dict((v, i) for i, v in enumerate(VERDICT_ORDER))
 
 MAX_EVIDENCE_LINES = 20
@@ -33,6 +37,11 @@ def worst(verdicts, default="pass"):
         if found is None or rank > _RANK[found]:
             found = verdict if verdict in _RANK else "error"
     return found if found is not None else default
+
+
+def rank(verdict):
+    """A verdict's place in VERDICT_ORDER; an unknown string ranks as error (never silently below it)."""
+    return _RANK.get(verdict, _RANK["error"])
 
 
 def lines(values, limit=MAX_EVIDENCE_LINES):

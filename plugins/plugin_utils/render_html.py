@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, render_svg, report_format
 
 TEMPLATES = Path(__file__).with_name("templates")
-VERDICT_ORDER = ("pass", "warn", "error", "fail", "unreachable")
+VERDICT_ORDER = NODE_VERDICTS
 
 
 def _environment():

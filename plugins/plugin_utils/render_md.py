@@ -5,6 +5,7 @@ findings with evidence. summary_table() is also what the action returns as summa
 
 from __future__ import annotations
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report_format import (
     count,
     lost_finding,
@@ -25,7 +26,7 @@ def _cell(text, limit=160):
 
 def counts_line(report):
     s = report["summary"]
-    parts = ["%s %s" % (count(s["verdicts"].get(v, 0)), v) for v in ("pass", "warn", "fail", "error", "unreachable")
+    parts = ["%s %s" % (count(s["verdicts"].get(v, 0)), v) for v in NODE_VERDICTS
              if s["verdicts"].get(v, 0)]
     return "%s node(s), %s GPU(s): %s" % (count(s["nodes"]), count(s["gpus"]), ", ".join(parts) or "none")
 

@@ -18,6 +18,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
 
 SCHEMA_VERSION = "1.0"
@@ -48,7 +49,7 @@ def default_run_id(when=None):
 
 
 def summarize(nodes, fail_on):
-    verdicts = {v: 0 for v in ("pass", "warn", "error", "fail", "unreachable")}
+    verdicts = {v: 0 for v in NODE_VERDICTS}
     gpu_verdicts, findings, codes = {}, {}, {}
     gpus = 0
     for node in nodes:

@@ -14,6 +14,7 @@ outranks "could not run": it carries evidence and a concrete action, while error
 
 from __future__ import annotations
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import rank, worst
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import resolve
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
     burn,
@@ -32,14 +33,12 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.node import Node
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import read_result, schema_errors
 
-SEVERITY_ORDER = ("pass", "warn", "error", "fail", "unreachable")
 # Findings made here rather than by a judge: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "CONFIG_INVALID": ("error", "an inventory threshold of the wrong type (the default is used meanwhile)"),
     "RESULT_INVALID": ("error", "a result that does not match its module's schema; the message names the key"),
     "RULE_ERROR": ("error", "a rule crashed on this node's data (a bug: report it with report.json)"),
 }
-_RANK = {v: i for i, v in enumerate(SEVERITY_ORDER)}
 
 # Registered results: gpufleet_result_<module> -> the rules file that judges it. Order matters: the GPU table and
 # the samples come before the checks that name GPUs.
@@ -49,18 +48,6 @@ CHECKS = (("health_snapshot", snapshot), ("gpu_sample", samples), ("gpu_burn", b
 _OTHER_RESULTS = ("gpu_facts", "xid_facts", "run", "nvlink_facts")
 _FACT_KEYS = ("gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_driver_version", "gpufleet_gpu_problems",
               "gpufleet_pci_gpus")
-
-
-def worst(verdicts, default="pass"):
-    best = default
-    for verdict in verdicts:
-        if _RANK.get(verdict, _RANK["error"]) > _RANK.get(best, 0):
-            best = verdict if verdict in _RANK else "error"
-    return best
-
-
-def rank(verdict):
-    return _RANK.get(verdict, _RANK["error"])
 
 
 def _results(hv):

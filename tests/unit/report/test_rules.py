@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -447,6 +448,6 @@ def test_environment_missing_names_the_variable_and_never_the_deprecated_one():
                                     max_leaves=8)))
 def test_junk_never_raises_and_never_passes_silently(hv):
     node = rules.evaluate_node("junk", hv)
-    assert node["verdict"] in rules.SEVERITY_ORDER
+    assert node["verdict"] in NODE_VERDICTS
     if any(k.startswith("gpufleet_result_") for k in hv) and node["verdict"] == "pass":
         assert all(c["verdict"] in ("pass", "skipped") for c in node["checks"].values())
