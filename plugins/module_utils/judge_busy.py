@@ -17,8 +17,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common impo
 CHECK = "gpu_facts"
 
 CODES = {
-    "GPU_BUSY": ("warn or fail", "a process not in gpufleet_busy_ignore_processes runs on the GPU "
-                                 "(severity gpufleet_busy_gpu_severity)"),
+    # The severity is the site's (a threshold): warn by default, fail in the training gate.
+    "GPU_BUSY": ("gpufleet_busy_gpu_severity", "a process not in gpufleet_busy_ignore_processes runs on the GPU"),
 }
 
 

@@ -13,6 +13,8 @@ __metaclass__ = type
 
 import math
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES
+
 DEFAULT_ENV_EXPECTED = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}
 
 # name -> (default, kind, meaning, source). kind: number, int, fraction, list_int, list_str, rails, gbps_map,
@@ -34,8 +36,8 @@ THRESHOLDS = {
     "gpufleet_ecc_leak_xids": ([92], "list_int", "XIDs of a slow single-bit ECC leak (warn)",
                                "NVIDIA XID catalog: excessive single-bit ECC rate"),
     "gpufleet_xid_severity_overrides": (
-        {}, "str_map", "XID code -> severity (critical, warning, info) replacing the catalog default",
-        "your site policy"),
+        {}, "xid_severities", "XID code -> severity (critical, warning, info, unknown) replacing the catalog default, "
+        "for the report, the nodes' XID reads, the XID watcher's metrics and so the alerts", "your site policy"),
     "gpufleet_retired_pages_rma": (
         58, "int", "retired pages (SBE+DBE) at which the card is near the 64-page limit",
         "NVIDIA: pre-Ampere cards retire at most 64 pages"),
@@ -141,6 +143,7 @@ TYPE_WORDS = {
     "gbps_map": "a mapping of GPU name to GB/s (e.g. {'RTX 5090': 50})",
     "str_map": "a mapping of names to string values",
     "str": "a non-empty string",
+    "xid_severities": "a mapping of XID code to critical, warning, info or unknown (e.g. {'13': 'critical'})",
 }
 
 
@@ -200,6 +203,9 @@ def check_value(kind, raw):
         return ok, (dict((str(k), None if v is None else str(v)) for k, v in raw.items()) if ok else None)
     if kind == "str":
         return isinstance(raw, str) and raw.strip() != "", raw
+    if kind == "xid_severities":
+        ok = isinstance(raw, dict) and all(str(k).strip().isdigit() and v in SEVERITIES for k, v in raw.items())
+        return ok, (dict((str(k).strip(), v) for k, v in raw.items()) if ok else None)
     if kind.startswith("choice:"):
         return raw in kind.split(":", 1)[1].split("|"), raw
     return False, None

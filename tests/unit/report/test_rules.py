@@ -207,7 +207,7 @@ def test_counters_just_below_the_limits_pass():
 
 @pytest.mark.parametrize("code,found,severity", [(48, "XID_RMA", "fail"), (63, "XID_RMA", "fail"),
                                                  (92, "ECC_LEAK", "warn"), (79, "GPU_LOST", "fail"),
-                                                 (119, "XID_OTHER", "fail"), (999, "XID_OTHER", "warn")])
+                                                 (119, "XID_CRITICAL", "fail"), (999, "XID_WARNING", "warn")])
 def test_xid_codes(code, found, severity):
     hv = host()
     xid_event(hv, code, gpu=5)
@@ -219,7 +219,7 @@ def test_severity_override_from_the_inventory():
     hv = host()
     xid_event(hv, 119, gpu=1)
     hv["gpufleet_xid_severity_overrides"] = {"119": "info"}
-    assert "XID_OTHER" not in codes(judge(hv))
+    assert "XID_CRITICAL" not in codes(judge(hv))
 
 
 def test_correlated_xid_45_is_on_the_timeline_only():
