@@ -15,6 +15,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_facts"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_busy_gpu_severity", "gpufleet_busy_ignore_processes")
 
 CODES = {
     # The severity is the site's (a threshold): warn by default, fail in the training gate.

@@ -19,6 +19,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door, unreadable
 
 CHECK = "train_dryrun"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_dryrun_slow_rank_factor",)
+
 CODES = {
     "DRYRUN_FAIL": ("fail", "torchrun failed, a rank reported not ok, or ranks printed no result"),
     "DRYRUN_OOM": ("fail", "CUDA out of memory (with the neighbour process when one holds the GPU)"),

@@ -15,6 +15,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_facts"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_expected_gpus", "gpufleet_retired_pages_rma", "gpufleet_remapped_rows_rma")
+
 CODES = {
     "GPU_FACTS_UNREADABLE": ("error", "nvidia-smi missing, failing, or printing what is not its output"),
     "GPU_MISSING": ("fail", "fewer GPUs than gpufleet_expected_gpus (or than NVIDIA GPUs on the PCI bus), not lost"),

@@ -16,6 +16,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, fmt_size, judge_door
 
 CHECK = "nccl_test"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_nccl_min_busbw_gbps", "gpufleet_nccl_min_busbw_fraction", "gpufleet_nccl_reference_busbw_gbps")
+
 CODES = {
     "NCCL_FAIL": ("fail", "a `Test CUDA/NCCL failure` line, or a non-zero exit after results"),
     "NCCL_WRONG_VALUES": ("fail", "wrong values, out-of-bounds values or bitwise mismatches: data corrupted between GPUs"),

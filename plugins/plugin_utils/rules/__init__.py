@@ -152,10 +152,9 @@ def evaluate_node(host, hv, in_play_hosts=None):
     for name, rule in CHECKS:
         if read.get(name) is None:
             continue
-        if rule is samples:
-            _guard(node, name, lambda data=read[name]: samples.apply(node, data, loaded, lost_gpus))
-        else:
-            _guard(node, name, lambda rule=rule, data=read[name]: rule.apply(node, data))
+        _guard(node, name, lambda rule=rule, data=read[name]: rule.apply(node, data))
+        if rule is samples and loaded:
+            _guard(node, samples.COVERAGE, lambda data=read[name]: samples.coverage(node, data, lost_gpus))
     reachable, stage = reach.apply(node, hv, results, in_play_hosts)
     _check_verdicts(node)
     return _finish(node, reachable, stage)

@@ -151,10 +151,10 @@ def test_a_gpu_never_sampled_loaded_is_unchecked_unless_it_was_lost():
     test fleet: the same node's report differed between two runs), and its loss is the finding."""
     idle = series([[_row(0, util=0), _row(1, util=0)] for _ in range(5)])
     t = thresholds()
-    unchecked = judge_samples.judge(idle, t, HOST, loaded_expected=True)
+    unchecked = judge_samples.coverage(idle, t, HOST)
     assert [(f["code"], f["gpu"]) for f in unchecked] == [("SAMPLES_NOT_UNDER_LOAD", 0), ("SAMPLES_NOT_UNDER_LOAD", 1)]
-    assert judge_samples.judge(idle, t, HOST) == []  # no load ran: nothing expected
-    by_pci = judge_samples.judge(idle, t, HOST, loaded_expected=True, lost=["0000:19:00.0"])
+    assert judge_samples.judge(idle, t, HOST) == []  # the sampler alone cannot know a load ran: the report checks
+    by_pci = judge_samples.coverage(idle, t, HOST, lost=["0000:19:00.0"])
     assert [(f["code"], f["gpu"]) for f in by_pci] == [("SAMPLES_NOT_UNDER_LOAD", 0)]
-    by_index = judge_samples.judge(idle, t, HOST, loaded_expected=True, lost=[0])
+    by_index = judge_samples.coverage(idle, t, HOST, lost=[0])
     assert [(f["code"], f["gpu"]) for f in by_index] == [("SAMPLES_NOT_UNDER_LOAD", 1)]
