@@ -14,7 +14,7 @@ outranks "could not run": it carries evidence and a concrete action, while error
 
 from __future__ import annotations
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import rank, worst
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import lines, rank, worst
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import resolve
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
     burn,
@@ -38,6 +38,15 @@ CODES = {
     "CONFIG_INVALID": ("error", "an inventory threshold of the wrong type (the default is used meanwhile)"),
     "RESULT_INVALID": ("error", "a result that does not match its module's schema; the message names the key"),
     "RULE_ERROR": ("error", "a rule crashed on this node's data (a bug: report it with report.json)"),
+}
+
+# A finding that says a tool every other reading depends on failed -> the codes that, on that node, follow from it.
+# They become evidence under it (one headline naming the tool and its fix), never findings of their own: a GPU table
+# nvidia-smi could not read is no reason to reseat risers, and an all_reduce run on the one GPU the stage could count
+# measures nothing between GPUs.
+CONSEQUENCES = {
+    "GPU_FACTS_UNREADABLE": ("GPU_MISSING", "NCCL_BUSBW_LOW", "NCCL_NO_FIGURE", "NVLINK_UNREADABLE", "SAMPLES_MISSING",
+                             "SAMPLES_NOT_UNDER_LOAD", "DCGM_NOT_RUN"),
 }
 
 # Registered results: gpufleet_result_<module> -> the rules file that judges it. Order matters: the GPU table and
@@ -124,6 +133,7 @@ def evaluate_node(host, hv, in_play_hosts=None):
     facts, xid_reads = _facts(node, hv)
     if facts:
         health.read_gpus(node, facts)
+    node.table_gpus = set(node.gpus)
     read = {}
     for name, _rule in CHECKS:
         if name in results:
@@ -156,8 +166,27 @@ def evaluate_node(host, hv, in_play_hosts=None):
         if rule is samples and loaded:
             _guard(node, samples.COVERAGE, lambda data=read[name]: samples.coverage(node, data, lost_gpus))
     reachable, stage = reach.apply(node, hv, results, in_play_hosts)
+    _fold_consequences(node)
     _check_verdicts(node)
     return _finish(node, reachable, stage)
+
+
+def _fold_consequences(node):
+    """Findings that follow from a tool's failure (CONSEQUENCES) become the evidence of that failure; their checks
+    are error (not judged: their input was unknown), and the GPUs the tool could not read are unknown (error)."""
+    for cause, codes in CONSEQUENCES.items():
+        head = next((f for f in node.findings if f["code"] == cause), None)
+        if head is None:
+            continue
+        folded = [f for f in node.findings if f["code"] in codes]
+        head["evidence"] = lines(head["evidence"] + ["consequence, not a finding of its own: %s (%s): %s" % (
+            f["code"], f["check"], f["message"]) for f in folded], 40)
+        node.findings = [f for f in node.findings if f["code"] not in codes]
+        for name in sorted({f["check"] for f in folded}):
+            node.set_check(name, "error", ["not judged: %s" % head["message"]],
+                           (node.checks.get(name) or {}).get("figures"))
+        if cause == "GPU_FACTS_UNREADABLE":
+            node.unknown_gpus = set(node.gpus) - node.table_gpus
 
 
 def _check_verdicts(node):
@@ -182,8 +211,9 @@ def _finish(node, reachable, stage):
     for index in sorted(node.gpus):
         gpu = node.gpus[index]
         own = [f for f in findings if f["gpu"] == index]
+        unknown = ["error"] if index in node.unknown_gpus else []  # not in the GPU table nvidia-smi failed to give
         gpus.append({"index": index, "pci": gpu.get("pci"), "serial": gpu.get("serial"), "name": gpu.get("name"),
-                     "uuid": gpu.get("uuid"), "verdict": worst(f["severity"] for f in own),
+                     "uuid": gpu.get("uuid"), "verdict": worst([f["severity"] for f in own] + unknown),
                      "findings": own, "metrics": gpu["metrics"]})
     verdict = "unreachable" if not reachable else worst(f["severity"] for f in findings)
     worst_finding = findings[0] if findings else None

@@ -266,8 +266,14 @@ def test_unreadable_nvidia_smi_is_an_error_never_a_pass():
         {"kind": "unparsable_output", "pci": None, "index": None,
          "message": "nvidia-smi --query-gpu printed a line that is not a row of the query", "line": "garbage"}])
     node = judge(hv)
-    assert node["verdict"] == "fail"
-    assert "GPU_FACTS_UNREADABLE" in codes(node) and "GPU_MISSING" in codes(node)
+    # The tool failed, not the hardware: one headline naming nvidia-smi and its fix; the GPUs it could not read are
+    # unknown (the burn saw them: error, never pass); "0 of 8 GPUs" is its evidence, not a reason to reseat risers.
+    assert node["verdict"] == "error" and node["worst"]["code"] == "GPU_FACTS_UNREADABLE"
+    assert "fix nvidia-smi on" in node["action"] and "reseat" not in node["action"]
+    assert codes(node) == ["GPU_FACTS_UNREADABLE"], codes(node)
+    assert any("GPU_MISSING" in e for e in node["worst"]["evidence"])
+    assert node["gpus"] and all(g["verdict"] == "error" for g in node["gpus"])
+    assert node["checks"]["gpu_facts"]["verdict"] == "error"
 
 
 def test_nccl_busbw_below_the_inventory_floor_fails_with_figure_threshold_and_source():
