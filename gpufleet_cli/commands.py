@@ -18,8 +18,15 @@ from pathlib import Path
 
 EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2, 3
 RUN_COMMANDS = {"burn-in": "burn_in", "preflight": "preflight", "audit": "audit", "provision": "provision"}
-BAD = ("fail", "error", "unreachable")
 SPARK = "▁▂▃▄▅▆▇█"
+
+
+def _bad():
+    """The node verdicts that fail (the report's default gate: module_utils/findings.py GATE_VERDICTS)."""
+    use_collection()
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import GATE_VERDICTS
+
+    return GATE_VERDICTS["fail"]
 
 
 def exit_code(report, fail_on_warn=False):
@@ -27,7 +34,7 @@ def exit_code(report, fail_on_warn=False):
     verdicts = [n["verdict"] for n in report.get("nodes") or []]
     if not verdicts:
         return EXIT_NOT_RUN
-    if any(v in BAD for v in verdicts):
+    if any(v in _bad() for v in verdicts):
         return EXIT_FAIL
     if fail_on_warn and "warn" in verdicts:
         return EXIT_WARN
@@ -186,8 +193,8 @@ def history_node(history, host, days, console):
                   highlight=False)
     stale = [s for s in history.fleet_summary() if s["name"] == host and s["stale"]]
     if stale:
-        console.print("[bold magenta]stale:[/] no good run since %s" % _day(stale[0]["good_ts"]))
-    return EXIT_FAIL if runs[-1]["verdict"] in BAD else EXIT_PASS
+        console.print("[bold magenta]stale:[/] no passing run since %s" % _day(stale[0]["pass_ts"]))
+    return EXIT_FAIL if runs[-1]["verdict"] in _bad() else EXIT_PASS
 
 
 def history_fleet(history, console):
@@ -195,13 +202,15 @@ def history_fleet(history, console):
 
     rows = history.fleet_summary()
     table = Table(title="History %s: %d node(s)" % (history.path, len(rows)), title_justify="left")
-    for column in ("node", "last run", "playbook", "verdict", "last good", "stale", "findings"):
+    for column in ("node", "last run", "playbook", "verdict", "last pass", "stale", "findings"):
         table.add_column(column, overflow="fold")
     for s in rows:
-        table.add_row(s["name"], _day(s["ts"]), s["playbook"] or "-", s["verdict"], _day(s["good_ts"]),
+        table.add_row(s["name"], _day(s["ts"]), s["playbook"] or "-", s["verdict"], _day(s["pass_ts"]),
                       "STALE" if s["stale"] else "", (s["codes"] or "").replace(",", ", ") or "-")
     console.print(table)
-    return EXIT_FAIL if any(s["stale"] or s["verdict"] in BAD for s in rows) else EXIT_PASS
+    console.print("last pass: the newest run whose verdict was pass or warn (what the default gate lets through); "
+                  "stale: none for 2 days", markup=False, highlight=False)
+    return EXIT_FAIL if any(s["stale"] or s["verdict"] in _bad() for s in rows) else EXIT_PASS
 
 
 def use_collection():

@@ -24,6 +24,15 @@ VERDICT_ORDER = ("pass", "skipped", "warn", "error", "fail", "unreachable")
 # What a node, a GPU or the fleet can be (skipped is a check's: a node is judged by what did run).
 NODE_VERDICTS = tuple(v for v in VERDICT_ORDER if v != "skipped")
 _RANK = dict((v, i) for i, v in enumerate(VERDICT_ORDER))
+# Node verdicts that fail the gate at each gpufleet_fail_on: the report's gate, junit.xml, the CLI's exit codes and the
+# history's "last pass" (the newest run a node passed at the default gate) read this one table.
+GATE_VERDICTS = {
+    "fail": ("fail", "error", "unreachable"),
+    "warn": ("warn", "fail", "error", "unreachable"),
+    "never": (),
+}
+# A passing run: what the default gate lets through (a node that could not be checked never passes).
+PASSING = tuple(v for v in NODE_VERDICTS if v not in GATE_VERDICTS["fail"])
 
 MAX_EVIDENCE_LINES = 20
 MAX_LINE_CHARS = 400

@@ -106,7 +106,7 @@ THRESHOLDS = {
                                    "dust, a failing fan or dried thermal paste show as degrees at the same watts"),
     "gpufleet_trend_pcie_replays_per_day": (100.0, "number", "PCIe replays per day that warn",
                                             "replays grow on a marginal riser or slot long before the link drops"),
-    "gpufleet_history_stale_days": (2.0, "number", "an unreachable node without a good audit for this many days is "
+    "gpufleet_history_stale_days": (2.0, "number", "an unreachable node without a passing run for this many days is "
                                                    "stale", "nightly audits: two missed nights"),
     "gpufleet_baseline_max_drop": (
         0.15, "fraction", "a figure this share below the node's own burn-in baseline warns (Gflop/s, busbw, write speed)",

@@ -18,19 +18,13 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import GATE_VERDICTS, NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
 GENERATOR = "kentino.gpufleet.fleet_report"
-FAIL_ON = ("fail", "warn", "never")
-# Node verdicts that trip each gate: a node that could not be checked is never a pass.
-GATE_VERDICTS = {
-    "fail": ("fail", "error", "unreachable"),
-    "warn": ("warn", "fail", "error", "unreachable"),
-    "never": (),
-}
+FAIL_ON = tuple(GATE_VERDICTS)
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 FILES = ("report.json", "report.md", "report.html", "junit.xml")
 

@@ -26,6 +26,9 @@ import time
 import zlib
 from contextlib import contextmanager
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import PASSING
+
+_PLACES = ", ".join("?" * len(PASSING))
 APPLICATION_ID = 0x47504648  # "GPFH"
 FILE_NAME = "gpufleet-history.sqlite3"
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -375,10 +378,10 @@ class History:
                                "g.id = gr.gpu WHERE gr.node_run = ? ORDER BY gr.idx", (node_run_id,))
         return [dict(r) for r in rows]
 
-    def last_good(self, host):
-        """ts of the host's newest reachable run with GPU results, or None."""
+    def last_pass(self, host):
+        """ts of the host's newest passing run (findings.PASSING: what the default gate lets through), or None."""
         row = self.db.execute("SELECT MAX(n.ts) FROM node_runs n JOIN hosts h ON h.id = n.host WHERE h.name = ? AND "
-                              "n.reachable = 1 AND n.verdict != 'unreachable'", (host,)).fetchone()
+                              "n.verdict IN (%s)" % _PLACES, (host,) + PASSING).fetchone()
         return row[0] if row else None
 
     def latest_versions(self, since_ts):
@@ -419,16 +422,18 @@ class History:
         return [r[0] for r in self.db.execute("SELECT name FROM hosts ORDER BY name")]
 
     def fleet_summary(self, now=None, stale_days=2.0):
-        """One row per host: its newest run (verdict, when, playbook), its newest good run, and whether it is stale."""
+        """One row per host: its newest run (verdict, when, playbook), its newest passing run (pass_ts: what the
+        default gate lets through, findings.PASSING; never merely a run it answered), and whether it is stale (no
+        passing run for stale_days)."""
         now = now or time.time()
         out = []
         for row in self.db.execute(
                 "SELECT h.name, n.verdict, n.ts, r.run_id, r.playbook, n.gpu_count, n.codes, "
-                "(SELECT MAX(n2.ts) FROM node_runs n2 WHERE n2.host = h.id AND n2.reachable = 1) AS good_ts "
+                "(SELECT MAX(n2.ts) FROM node_runs n2 WHERE n2.host = h.id AND n2.verdict IN (%s)) AS pass_ts "
                 "FROM hosts h JOIN node_runs n ON n.id = (SELECT n3.id FROM node_runs n3 WHERE n3.host = h.id "
-                "ORDER BY n3.ts DESC LIMIT 1) JOIN runs r ON r.id = n.run ORDER BY h.name"):
+                "ORDER BY n3.ts DESC LIMIT 1) JOIN runs r ON r.id = n.run ORDER BY h.name" % _PLACES, PASSING):
             item = dict(row)
-            item["stale"] = item["good_ts"] is None or now - item["good_ts"] >= stale_days * 86400.0
+            item["stale"] = item["pass_ts"] is None or now - item["pass_ts"] >= stale_days * 86400.0
             out.append(item)
         return out
 

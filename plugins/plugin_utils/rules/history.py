@@ -73,7 +73,7 @@ def _trend_input(history, node, rec, t):
                      "samples": past + [row], "xid92_ts": sorted(events.values())})
     return {"now_ts": now, "gpus": gpus,
             "node": {"reachable": bool(node.get("reachable")),
-                     "last_good_ts": history.last_good(rec["host"]) if history else None}}
+                     "last_pass_ts": history.last_pass(rec["host"]) if history else None}}
 
 
 def _drift_peers(history, records, rec, t):

@@ -155,11 +155,11 @@ def test_pcie_replays_rising():
 
 def test_an_unreachable_node_without_a_good_audit_is_stale_not_healthy():
     base = {"now_ts": T0 + 10 * DAY, "gpus": []}
-    never = judge_trend.judge(dict(base, node={"reachable": False, "last_good_ts": None}), t(), HOST)
+    never = judge_trend.judge(dict(base, node={"reachable": False, "last_pass_ts": None}), t(), HOST)
     assert codes(never) == [("HISTORY_STALE", None)] and "since never" in never[0]["message"]
-    old = judge_trend.judge(dict(base, node={"reachable": False, "last_good_ts": T0}), t(), HOST)
+    old = judge_trend.judge(dict(base, node={"reachable": False, "last_pass_ts": T0}), t(), HOST)
     assert codes(old) == [("HISTORY_STALE", None)]
-    recent = judge_trend.judge(dict(base, node={"reachable": False, "last_good_ts": T0 + 9.5 * DAY}), t(), HOST)
+    recent = judge_trend.judge(dict(base, node={"reachable": False, "last_pass_ts": T0 + 9.5 * DAY}), t(), HOST)
     assert recent == []
 
 

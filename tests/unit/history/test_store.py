@@ -49,7 +49,7 @@ def test_a_run_is_written_and_read_back_by_gpu_identity(tmp_path):
         assert [r["ecc_corr_agg"] for r in h.gpu_series(gpu_id)] == [0, 10, 20]
         assert h.xid_events(gpu_id, [92]) == [(T0 + d, "d%s" % (T0 + d)) for d in range(3)]
         assert [n["run_id"] for n in h.node_runs("n1")] == ["r2", "r1", "r0"]
-        assert h.last_good("n1") == T0 + 2 * DAY
+        assert h.last_pass("n1") == T0 + 2 * DAY
         # the same run recorded again replaces itself
         h.record(run("r2", T0 + 2 * DAY), [node("n1", T0 + 2 * DAY, ecc=99)])
         assert [r["ecc_corr_agg"] for r in h.gpu_series(gpu_id)] == [0, 10, 99]
@@ -201,6 +201,20 @@ def test_export_csv_and_json(tmp_path):
     assert len(lines) == 4 and all(x["host"] == "n1" for x in lines)
     with pytest.raises(HistoryError, match="csv or json"):
         store.export_text(path, "xml")
+
+
+def test_last_pass_is_the_newest_passing_run_not_the_newest_reachable_one(tmp_path):
+    """An operator reads "last pass" as the last run the node passed: a node that answered but failed every run
+    since has not passed since (on main "last good" was the newest reachable run, failing or not)."""
+    with History(tmp_path / store.FILE_NAME) as h:
+        h.record(run("r0", T0), [node("n1", T0), node("n2", T0, verdict="warn")])
+        for day in (1, 2, 3):
+            h.record(run("r%d" % day, T0 + day * DAY), [node("n1", T0 + day * DAY, verdict="fail"),
+                                                       node("n2", T0 + day * DAY, verdict="error")])
+        assert h.last_pass("n1") == T0 and h.last_pass("n2") == T0, "warn passes the default gate"
+        summary = {s["name"]: s for s in h.fleet_summary(now=T0 + 3 * DAY + 60)}
+        assert summary["n1"]["pass_ts"] == T0 and summary["n1"]["verdict"] == "fail"
+        assert summary["n1"]["stale"] is True, "no passing run for 3 days"
 
 
 def test_fleet_summary_marks_a_node_never_reached_as_stale(tmp_path):
