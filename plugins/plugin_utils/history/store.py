@@ -27,6 +27,7 @@ import zlib
 from contextlib import contextmanager
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import PASSING
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_policy import interrupts_job
 
 _PLACES = ", ".join("?" * len(PASSING))
 APPLICATION_ID = 0x47504648  # "GPFH"
@@ -95,6 +96,8 @@ MIGRATIONS = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+# The runs that watch nodes in production: their time is the checkpoint plan's GPU-hours, their XIDs its interruptions.
+PRODUCTION_PLAYBOOKS = ("audit",)
 
 
 class HistoryError(Exception):
@@ -438,19 +441,25 @@ class History:
         return out
 
     def failure_observations(self, days, now=None, max_gap_days=2.0, incident_s=3600.0):
-        """The fleet's own interruption rate for the checkpoint plan (plugin_utils/cadence.py): {failures,
-        gpu_hours, window_days}, or None before any GPU-hour is known. GPU-hours: each host's GPUs times the time
-        between its consecutive runs in the window, a gap capped at max_gap_days (an unaudited week is not known
-        to have been up). Failures: incidents that stop a job, i.e. a GPU's critical XIDs (one incident per hour
-        per GPU: a burst is one failure) and a host that went from reachable to unreachable."""
+        """The fleet's own interruption rate for the checkpoint plan (plugin_utils/cadence.py, `gpufleet plan`):
+        {failures, gpu_hours, window_days}, or None before any GPU-hour is known. The one definition of an
+        interruption (docs/training.md), counted in production only, i.e. between audits (PRODUCTION_PLAYBOOKS; a
+        burn-in or preflight provokes faults before production, and its reruns must not change the plan):
+        GPU-hours: each host's GPUs times the time between its consecutive audits in the window, a gap capped at
+        max_gap_days (an unaudited week is not known to have been up). Failures: incidents that stop a job, i.e. an
+        XID that interrupts a job (xid_policy.interrupts_job: critical and not contained; one incident per hour per
+        GPU: a burst is one failure) logged in that time, and a host that went from reachable to unreachable."""
         now = now or time.time()
         since = now - days * 86400.0
         gpu_hours = 0.0
         failures = 0
         first = None
         previous = {}
+        production = ", ".join("?" * len(PRODUCTION_PLAYBOOKS))
         for host, ts, gpus, reachable in self.db.execute(
-                "SELECT host, ts, gpu_count, reachable FROM node_runs WHERE ts >= ? ORDER BY host, ts", (since,)):
+                "SELECT n.host, n.ts, n.gpu_count, n.reachable FROM node_runs n JOIN runs r ON r.id = n.run "
+                "WHERE n.ts >= ? AND r.playbook IN (%s) ORDER BY n.host, n.ts" % production,
+                (since,) + PRODUCTION_PLAYBOOKS):
             first = ts if first is None else min(first, ts)
             last = previous.get(host)
             if last is not None:
@@ -458,9 +467,12 @@ class History:
                 failures += 1 if last[2] and not reachable else 0
             previous[host] = (ts, gpus if reachable else last[1] if last else gpus, reachable)
         incidents = set()
-        for host, gpu, pci, ts in self.db.execute(
-                "SELECT host, gpu, pci, ts FROM xid_events WHERE severity = 'critical' AND ts >= ? ORDER BY ts",
-                (since,)):
+        for host, gpu, pci, ts, xid, severity in self.db.execute(
+                "SELECT e.host, e.gpu, e.pci, e.ts, e.xid, e.severity FROM xid_events e JOIN runs r ON r.id = e.run "
+                "WHERE e.ts >= ? AND r.playbook IN (%s) ORDER BY e.ts" % production,
+                (max(since, first or now),) + PRODUCTION_PLAYBOOKS):
+            if not interrupts_job(xid, severity):
+                continue
             key = (host, gpu if gpu is not None else pci)
             if not any((key, bucket) in incidents for bucket in (int(ts // incident_s) - 1, int(ts // incident_s))):
                 incidents.add((key, int(ts // incident_s)))
