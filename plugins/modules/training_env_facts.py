@@ -130,9 +130,14 @@ sources:
   returned: always
   type: dict
 ansible_facts:
-  description: C(gpufleet_training_env) = {user, variables, sources, verdict}.
+  description: The training environment as facts.
   returned: always
   type: dict
+  contains:
+    gpufleet_training_env:
+      description: The user, every expected variable as each source shows it, and the sources read.
+      type: dict
+      sample: {user: train, variables: [], sources: {}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
