@@ -4,7 +4,8 @@ Exit codes (every subcommand that judges a fleet):
     0  every node passed (warnings too, unless --fail-on-warn)
     1  the worst node is warn and --fail-on-warn was given
     2  a node failed, could not be checked (error) or dropped out (unreachable)
-    3  the run could not run or left no report (a refused inventory, no nodes, a crash)
+    3  the run could not run, left no report (a refused inventory, no nodes, a crash) or was interrupted (its report
+       holds what it had; no verdict)
 Everything here is also plain ansible-playbook: `gpufleet audit -i INV -l node01` runs
 `ansible-playbook kentino.gpufleet.audit -i INV -l node01,localhost` with the collection's ansible.cfg.
 """
@@ -32,7 +33,7 @@ def _bad():
 def exit_code(report, fail_on_warn=False):
     """The exit code of a report (see the module docstring)."""
     verdicts = [n["verdict"] for n in report.get("nodes") or []]
-    if not verdicts:
+    if not verdicts or report.get("interrupted"):
         return EXIT_NOT_RUN
     if any(v in _bad() for v in verdicts):
         return EXIT_FAIL

@@ -14,7 +14,14 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report_format imp
 )
 
 _ICON = {"pass": "PASS", "warn": "WARN", "error": "ERROR", "fail": "FAIL", "unreachable": "UNREACHABLE",
-         "skipped": "skipped"}
+         "skipped": "SKIPPED"}
+
+
+def verdict_text(node):
+    """A node's verdict for the summary tables: a pass of what ran never hides what did not run."""
+    skipped = node.get("skipped") or []
+    text = _ICON.get(node["verdict"], node["verdict"])
+    return "%s (SKIPPED: %s)" % (text, ", ".join(skipped)) if skipped else text
 
 
 def _cell(text, limit=160):
@@ -35,7 +42,8 @@ def gate_line(report):
     """The gate's outcome; an interrupted run's report never claims the gate passed (it applied none)."""
     gate = report["summary"]["gate"]
     if report.get("interrupted"):
-        return "Gate: not applied (the run was interrupted before it finished; rerun for a verdict)"
+        return "Gate (fail_on=%s): FAILED: the run was interrupted before it finished (%s did not finish); rerun for " \
+               "a verdict" % (gate["fail_on"], ", ".join(gate["nodes"]) or "no node")
     return "Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"])) if gate["failed"]
                                       else "passed")
 
@@ -45,10 +53,14 @@ def summary_table(report):
     for node in report["nodes"]:
         worst = node.get("worst")
         lines.append("| %s | %s | %s | %s | %s |" % (
-            _cell(node["host"]), _ICON.get(node["verdict"], node["verdict"]), _cell(node.get("stage")),
+            _cell(node["host"]), _cell(verdict_text(node)), _cell(node.get("stage")),
             _cell(("%s: %s" % (worst["code"], worst["message"])) if worst else "no findings"),
             _cell(node.get("action") or "none")))
     footer = gate_line(report)
+    skipped = sum(1 for node in report["nodes"] if node.get("skipped"))
+    if skipped:
+        footer += "\nSkipped: %d node(s) did not run every check (switched off, refused or check mode): see SKIPPED" % (
+            skipped)
     title = "Fleet report %s%s: %s" % (report["run_id"], " (INTERRUPTED: what the run had when it stopped)"
                                        if report.get("interrupted") else "", counts_line(report))
     return "\n".join([title, ""] + lines + ["", footer])

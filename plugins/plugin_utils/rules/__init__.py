@@ -100,6 +100,7 @@ def _check_state(node, name, state, reason):
         # The stage's own reason (disabled by a variable, refused for a busy GPU, check mode), never Ansible's
         # "Conditional result was False".
         node.set_check(name, "skipped", ["not run: %s" % reason])
+        node.not_run.add(name)
     elif state == "invalid":
         _invalid(node, name, reason)
         node.set_check(name, "error", [reason])
@@ -225,6 +226,7 @@ def _finish(node, reachable, stage):
         "verdict": verdict,
         "stage": stage,
         "reachable": reachable,
+        "skipped": sorted(name for name in node.not_run if node.checks[name]["verdict"] == "skipped"),
         "worst": worst_finding,
         "action": worst_finding["action"] if worst_finding else None,
         "gpus": gpus,

@@ -34,6 +34,9 @@ class Node:
         # read: their verdict is unknown (error), never pass.
         self.table_gpus = set()
         self.unknown_gpus = set()
+        # Checks whose stage did not run (switched off, refused, check mode): not a pass (report.json's `skipped`);
+        # a check that ran and found itself not applicable (no NVLink on a PCIe node) is not one of them.
+        self.not_run = set()
 
     # GPUs are known by index (nvidia-smi's, PCI bus order) and joined to every other source by PCI address.
     def gpu(self, index=None, pci=None):

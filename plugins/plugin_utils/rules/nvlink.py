@@ -87,6 +87,7 @@ def apply(node, hv):
 def _state(node, state, reason):
     if state == "skipped":
         node.set_check(CHECK, "skipped", ["not run: %s" % reason])
+        node.not_run.add(CHECK)
     else:
         node.add("error", "CHECK_ERROR", "%s: the NVLink read could not run: %s" % (node.host, reason),
                  "make nvlink_facts runnable on %s (see the reason), then rerun; no result is not a pass" % node.host,
