@@ -270,11 +270,16 @@ def cmd_handover(args):
     path = default_path(args.history_dir or Path(args.report_dir) / "history")
     out = Path(args.out or Path(args.report_dir) / "handover" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     try:
-        written = handover.write(path, args.nodes, out, pdf=args.pdf)
+        written = handover.write(path, args.nodes, out, pdf=args.pdf, force=args.force)
+    except handover.HandoverRefused as exc:  # a machine failing now, or changed since its burn-in
+        sys.stderr.write("gpufleet: %s\n" % exc)
+        return EXIT_FAIL
     except HistoryError as exc:
         sys.stderr.write("gpufleet: %s\n" % exc)
         return EXIT_NOT_RUN
     print("handover sheet: %s" % written["html"])
+    for blocked in written["forced"]:
+        sys.stderr.write("gpufleet: --force: the sheet says first that %s\n" % blocked)
     if written["pdf"]:
         print("PDF: %s" % written["pdf"])
     elif args.pdf:
@@ -304,6 +309,8 @@ def add_parsers(sub, default_report_dir):
     s = sub.add_parser("handover", help="the customer handover sheet of machines, from the history (HTML, PDF)")
     s.add_argument("nodes", nargs="+")
     s.add_argument("--pdf", action="store_true", help="also print it to PDF with headless Chromium")
+    s.add_argument("--force", action="store_true", help="write the sheet of a machine that fails now or changed since "
+                                                        "its burn-in (it says so first, in red)")
     s.add_argument("--out", help="directory (default <report-dir>/handover/<time>)")
     s.add_argument("--history-dir", help="default: <report-dir>/history")
     s.add_argument("--report-dir", default=default_report_dir)
