@@ -14,6 +14,8 @@ outranks "could not run": it carries evidence and a concrete action, while error
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import lines, rank, worst
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import resolve
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
@@ -49,8 +51,7 @@ CONSEQUENCES = {
                              "SAMPLES_NOT_UNDER_LOAD", "DCGM_NOT_RUN"),
 }
 
-# Registered results: gpufleet_result_<module> -> the rules file that judges it. Order matters: the GPU table and
-# the samples come before the checks that name GPUs.
+# Registered results: gpufleet_result_<module> -> the rules file that judges it (the pipeline below orders them).
 CHECKS = (("health_snapshot", snapshot), ("gpu_sample", samples), ("gpu_burn", burn), ("dcgm_diag", dcgm),
           ("nccl_test", nccl), ("checkpoint_storage", storage), ("training_env_facts", env), ("train_dryrun", dryrun))
 # Registered results that carry facts judged elsewhere (the GPU table, the XID reads) or the run's own record.
@@ -122,6 +123,108 @@ def _guard(node, name, rule):
             [repr(exc)], check=name)
 
 
+class Rule(namedtuple("Rule", "name reads writes run")):
+    """One step of a node's judgement: what it reads (inputs of the node, or what earlier rules wrote), what it writes
+    (into the context; "findings" for a rule that adds findings), and run(node, ctx). The order of the steps follows
+    from reads and writes (ordered()), never from where a rule happens to be written."""
+
+
+# What the pipeline starts from: the host's variables, its registered results (and those read through the schema
+# door), the GPU table's facts, the XID reads.
+INPUTS = ("hv", "results", "read", "facts", "xid_reads", "in_play_hosts")
+# What a rule's output is before it runs (or when it crashed: RULE_ERROR): the next ones still judge.
+CTX_DEFAULTS = {"lost": [], "interconnect": None, "reachable": True, "stage": None}
+
+
+def _problem_sources(ctx):
+    sources = [("gpu_facts", (ctx["facts"] or {}).get("gpufleet_gpu_problems"))]
+    return sources + [(n, (ctx["read"].get(n) or {}).get("problems")) for n in ("gpu_sample", "gpu_burn")]
+
+
+def _gpu_table(node, ctx):
+    if ctx["facts"]:
+        health.read_gpus(node, ctx["facts"])
+    node.table_gpus = set(node.gpus)
+
+
+def _lost(node, ctx):
+    ctx["lost"] = xid.lost_entries(ctx["xid_reads"], _problem_sources(ctx))
+
+
+def _gpu_facts(node, ctx):
+    if ctx["facts"]:
+        # In an audit a busy GPU is production work, not a finding.
+        audit = _mapping(ctx["results"].get("health_snapshot")).get("mode") == "audit"
+        health.apply(node, ctx["facts"], [e.get("pci") for e in ctx["lost"] if e.get("pci")],
+                     busy_is_finding=not audit)
+
+
+def _nvlink(node, ctx):
+    # Two reads of a facts module, like the XIDs; the interconnect it finds is NCCL's reference's.
+    ctx["interconnect"] = nvlink.apply(node, ctx["hv"])
+
+
+def _check(name, rule, reads=()):
+    def run(node, ctx):
+        data = ctx["read"].get(name)
+        if data is not None:
+            rule.apply(node, data, **dict((key, ctx[key]) for key in reads))
+    return Rule(name, ("read", "gpu_table") + tuple(reads), ("findings",), run)
+
+
+def _sample_coverage(node, ctx):
+    # The samples were taken beside a load when the burn did work: a GPU never seen loaded is then unchecked.
+    burn, data = ctx["read"].get("gpu_burn") or {}, ctx["read"].get("gpu_sample")
+    loaded = bool(burn.get("frames")) and any((g.get("processed") or 0) > 0 for g in burn.get("gpus") or [])
+    if data is not None and loaded:
+        lost = [e.get("pci") or e.get("index") for e in ctx["lost"] if e.get("pci") or e.get("index") is not None]
+        samples.coverage(node, data, lost)
+
+
+def _reach(node, ctx):
+    ctx["reachable"], ctx["stage"] = reach.apply(node, ctx["hv"], ctx["results"], ctx["in_play_hosts"])
+
+
+PIPELINE = [
+    Rule("gpu_table", ("facts",), ("gpu_table",), _gpu_table),
+    Rule("lost", ("xid_reads", "facts", "read"), ("lost",), _lost),
+    Rule("xid_facts", ("xid_reads", "facts", "read", "gpu_table"), ("findings",),
+         lambda node, ctx: xid.apply(node, ctx["xid_reads"], _problem_sources(ctx))),
+    Rule("gpu_facts", ("facts", "results", "gpu_table", "lost"), ("findings",), _gpu_facts),
+    Rule("nvlink", ("hv", "gpu_table"), ("findings", "interconnect"), _nvlink),
+    Rule(samples.COVERAGE, ("read", "lost"), ("findings",), _sample_coverage),
+    Rule("reach", ("hv", "results", "in_play_hosts"), ("findings", "reachable", "stage"), _reach),
+    # Last: it reads every finding (a tool's failure and what follows from it on the node).
+    Rule("consequences", ("findings",), ("folded",), lambda node, ctx: _fold_consequences(node)),
+] + [_check(name, rule, ("interconnect",) if rule is nccl else ()) for name, rule in CHECKS]
+
+
+def ordered(rules):
+    """The rules in an order where each runs after every rule that writes what it reads (declaration order breaks
+    ties). ValueError for what no rule writes and no input gives, and for a cycle."""
+    writers = {}
+    for rule in rules:
+        for key in rule.writes:
+            writers.setdefault(key, []).append(rule.name)
+    after = {}
+    for rule in rules:
+        for key in rule.reads:
+            if key not in INPUTS and key not in writers:
+                raise ValueError("rule %s reads %s, which no rule writes" % (rule.name, key))
+        after[rule.name] = {w for key in rule.reads for w in writers.get(key, ()) if w != rule.name}
+    out, done = [], set()
+    while len(out) < len(rules):
+        ready = [r for r in rules if r.name not in done and after[r.name] <= done]
+        if not ready:
+            raise ValueError("the rules %s wait on each other" % ", ".join(r.name for r in rules if r.name not in done))
+        out.append(ready[0])
+        done.add(ready[0].name)
+    return out
+
+
+ORDER = ordered(PIPELINE)
+
+
 def evaluate_node(host, hv, in_play_hosts=None):
     """One host's gpufleet_* variables and facts (plain data) -> the report's node dict. Never raises."""
     hv = hv if isinstance(hv, dict) else {}
@@ -132,9 +235,6 @@ def evaluate_node(host, hv, in_play_hosts=None):
                  check="config")
     results = _results(hv)
     facts, xid_reads = _facts(node, hv)
-    if facts:
-        health.read_gpus(node, facts)
-    node.table_gpus = set(node.gpus)
     read = {}
     for name, _rule in CHECKS:
         if name in results:
@@ -144,32 +244,12 @@ def evaluate_node(host, hv, in_play_hosts=None):
     for name in sorted(set(results) - {n for n, _ in CHECKS} - set(_OTHER_RESULTS)):
         _invalid(node, name, "gpufleet_result_%s is not a result this collection knows (known: %s)" % (
             name, ", ".join(n for n, _ in CHECKS)))
-
-    problem_sources = [("gpu_facts", (facts or {}).get("gpufleet_gpu_problems"))]
-    problem_sources += [(n, (read.get(n) or {}).get("problems")) for n in ("gpu_sample", "gpu_burn")]
-    lost = xid.lost_entries(xid_reads, problem_sources)
-    _guard(node, "xid_facts", lambda: xid.apply(node, xid_reads, problem_sources))
-    if facts:
-        # In an audit a busy GPU is production work, not a finding.
-        audit = _mapping(results.get("health_snapshot")).get("mode") == "audit"
-        _guard(node, "gpu_facts", lambda: health.apply(node, facts, [e.get("pci") for e in lost if e.get("pci")],
-                                                       busy_is_finding=not audit))
-    # NVLink and fabric (two reads of a facts module, like the XIDs); before the checks: NCCL's reference needs it.
-    _guard(node, "nvlink", lambda: nvlink.apply(node, hv))
-    # The samples were taken beside a load when the burn did work: a GPU never seen loaded is then unchecked.
-    burn = read.get("gpu_burn") or {}
-    loaded = bool(burn.get("frames")) and any((g.get("processed") or 0) > 0 for g in burn.get("gpus") or [])
-    lost_gpus = [e.get("pci") or e.get("index") for e in lost if e.get("pci") or e.get("index") is not None]
-    for name, rule in CHECKS:
-        if read.get(name) is None:
-            continue
-        _guard(node, name, lambda rule=rule, data=read[name]: rule.apply(node, data))
-        if rule is samples and loaded:
-            _guard(node, samples.COVERAGE, lambda data=read[name]: samples.coverage(node, data, lost_gpus))
-    reachable, stage = reach.apply(node, hv, results, in_play_hosts)
-    _fold_consequences(node)
+    ctx = dict(CTX_DEFAULTS, hv=hv, results=results, read=read, facts=facts, xid_reads=xid_reads,
+               in_play_hosts=in_play_hosts)
+    for rule in ORDER:
+        _guard(node, rule.name, lambda rule=rule: rule.run(node, ctx))
     _check_verdicts(node)
-    return _finish(node, reachable, stage)
+    return _finish(node, ctx["reachable"], ctx["stage"])
 
 
 def _fold_consequences(node):

@@ -28,8 +28,6 @@ class Node:
         self.pci_index = {}
         self.series = {}
         self.timeline = []
-        # How the GPUs reach each other (nvswitch, nvlink, pcie, mixed; rules/nvlink.py): NCCL's reference depends on it.
-        self.interconnect = None
         # GPUs of nvidia-smi's table (indexes), and those known only from other results when that table could not be
         # read: their verdict is unknown (error), never pass.
         self.table_gpus = set()

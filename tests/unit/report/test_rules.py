@@ -457,3 +457,21 @@ def test_junk_never_raises_and_never_passes_silently(hv):
     assert node["verdict"] in NODE_VERDICTS
     if any(k.startswith("gpufleet_result_") for k in hv) and node["verdict"] == "pass":
         assert all(c["verdict"] in ("pass", "skipped") for c in node["checks"].values())
+
+
+def test_the_rules_are_a_declared_pipeline_whose_order_follows_what_they_read():
+    """Each rule says what it reads and writes; the order follows (on main the NCCL rule silently depended on the
+    NVLink rule having set the node's interconnect first, by its place in the code)."""
+    names = [r.name for r in rules.ORDER]
+    assert names.index("nvlink") < names.index("nccl_test") and names.index("gpu_table") < names.index("gpu_burn")
+    assert names[-1] == "consequences", "a tool's failure folds what follows from it after every rule has judged"
+    shuffled = list(reversed(rules.PIPELINE))
+    order = [r.name for r in rules.ordered(shuffled)]
+    assert order.index("nvlink") < order.index("nccl_test") and order[-1] == "consequences"
+    nccl = next(r for r in rules.PIPELINE if r.name == "nccl_test")
+    assert "interconnect" in nccl.reads
+    with pytest.raises(ValueError, match="reads interconnect, which no rule writes"):
+        rules.ordered([r for r in rules.PIPELINE if r.name != "nvlink"])
+    loop = [rules.Rule("a", ("x",), ("y",), None), rules.Rule("b", ("y",), ("x",), None)]
+    with pytest.raises(ValueError, match="wait on each other"):
+        rules.ordered(loop)
