@@ -21,7 +21,8 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.node_verdict impo
 REPO = Path(__file__).resolve().parents[3]
 STAGES = REPO / "roles" / "gpufleet" / "tasks" / "stages"
 FIXTURES = sorted((REPO / "tests" / "fixtures" / "report").glob("sim_*.json"))
-# The report's checks a module's own verdict covers (health_snapshot judges its parts on the node too).
+# The report's checks a module's own verdict covers: an audit's health_snapshot judges its parts on the node too (in
+# mode identity, as burn-ins and preflights run it, it reads no part of its own).
 REPORT_CHECKS = {"health_snapshot": ("health_snapshot", "gpu_facts", "xid_facts", "gpu_sample", "checkpoint_storage",
                                      "training_env_facts")}
 
@@ -60,9 +61,10 @@ def test_every_stage_gives_its_module_every_threshold_and_the_context():
             "health_snapshot"} <= found, found
 
 
-def _report_verdict(node, module):
+def _report_verdict(node, module, result):
     checks = node["checks"]
-    return worst(checks[c]["verdict"] for c in REPORT_CHECKS.get(module, (module,)) if c in checks)
+    covers = REPORT_CHECKS.get(module, (module,)) if result.get("mode") != "identity" else (module,)
+    return worst(checks[c]["verdict"] for c in covers if c in checks)
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=[p.stem for p in FIXTURES])
@@ -76,7 +78,8 @@ def test_the_recorded_node_verdicts_are_the_report_s(fixture):
         for key, result in hv.items():
             module = key[len("gpufleet_result_"):]
             if key.startswith("gpufleet_result_") and module in MODULE_JUDGES and "verdict" in (result or {}):
-                assert result["verdict"] == _report_verdict(nodes[host], module), (host, module, result["reasons"])
+                assert result["verdict"] == _report_verdict(nodes[host], module, result), (host, module,
+                                                                                           result["reasons"])
                 compared += 1
     assert compared >= 20, compared
 
@@ -126,7 +129,7 @@ def test_for_any_inventory_the_module_and_the_report_agree(fixture, inventory):
                 continue
             mine = _module_verdict(module, {k: v for k, v in result.items() if k not in ("verdict", "reasons",
                                                                                        "evidence")}, hv)
-            assert mine == _report_verdict(nodes[host], module), (host, module, inventory)
+            assert mine == _report_verdict(nodes[host], module, result), (host, module, inventory)
             changed += mine != result["verdict"]
     assert changed, "the inventory changed no verdict: it proves nothing"
 
