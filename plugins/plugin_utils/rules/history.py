@@ -48,8 +48,8 @@ def add_findings(node, check, findings, figures=None):
     node["checks"][check] = {"verdict": "error" if verdict == "unreachable" else verdict,
                              "reasons": [f["message"] for f in findings][:20], "figures": dict(figures or {})}
     node["findings"].sort(key=lambda f: -rank(f["severity"]))
-    for gpu in node.get("gpus") or []:
-        gpu["verdict"] = worst(f["severity"] for f in gpu["findings"])
+    for gpu in node.get("gpus") or []:  # findings only add: a verdict only rises (a GPU left unknown stays so)
+        gpu["verdict"] = worst([gpu["verdict"]] + [f["severity"] for f in findings if f.get("gpu") == gpu["index"]])
     if node["verdict"] != "unreachable":
         node["verdict"] = worst(f["severity"] for f in node["findings"])
         node["worst"] = node["findings"][0] if node["findings"] else None

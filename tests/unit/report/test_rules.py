@@ -274,6 +274,10 @@ def test_unreadable_nvidia_smi_is_an_error_never_a_pass():
     assert any("GPU_MISSING" in e for e in node["worst"]["evidence"])
     assert node["gpus"] and all(g["verdict"] == "error" for g in node["gpus"])
     assert node["checks"]["gpu_facts"]["verdict"] == "error"
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import history as history_rules
+
+    history_rules.add_findings(node, "trend", [])  # the history's checks, added after: the GPUs stay unknown
+    assert all(g["verdict"] == "error" for g in node["gpus"]) and node["verdict"] == "error"
 
 
 def test_nccl_busbw_below_the_inventory_floor_fails_with_figure_threshold_and_source():
