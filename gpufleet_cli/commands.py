@@ -194,7 +194,8 @@ def history_node(history, host, days, console):
                   highlight=False)
     stale = [s for s in history.fleet_summary() if s["name"] == host and s["stale"]]
     if stale:
-        console.print("[bold magenta]stale:[/] no passing run since %s" % _day(stale[0]["pass_ts"]))
+        console.print("[bold magenta]stale:[/] not reached since %s (last pass %s)" % (
+            _day(stale[0]["seen_ts"]), _day(stale[0]["pass_ts"])))
     return EXIT_FAIL if runs[-1]["verdict"] in _bad() else EXIT_PASS
 
 
@@ -210,7 +211,7 @@ def history_fleet(history, console):
                       "STALE" if s["stale"] else "", (s["codes"] or "").replace(",", ", ") or "-")
     console.print(table)
     console.print("last pass: the newest run whose verdict was pass or warn (what the default gate lets through); "
-                  "stale: none for 2 days", markup=False, highlight=False)
+                  "stale: not reached for 2 days", markup=False, highlight=False)
     return EXIT_FAIL if any(s["stale"] or s["verdict"] in _bad() for s in rows) else EXIT_PASS
 
 

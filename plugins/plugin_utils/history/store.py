@@ -426,17 +426,18 @@ class History:
 
     def fleet_summary(self, now=None, stale_days=2.0):
         """One row per host: its newest run (verdict, when, playbook), its newest passing run (pass_ts: what the
-        default gate lets through, findings.PASSING; never merely a run it answered), and whether it is stale (no
-        passing run for stale_days)."""
+        default gate lets through, findings.PASSING; never merely a run it answered), and whether it is stale (not
+        reached for stale_days: seen_ts is its newest reachable run)."""
         now = now or time.time()
         out = []
         for row in self.db.execute(
                 "SELECT h.name, n.verdict, n.ts, r.run_id, r.playbook, n.gpu_count, n.codes, "
-                "(SELECT MAX(n2.ts) FROM node_runs n2 WHERE n2.host = h.id AND n2.verdict IN (%s)) AS pass_ts "
+                "(SELECT MAX(n2.ts) FROM node_runs n2 WHERE n2.host = h.id AND n2.verdict IN (%s)) AS pass_ts, "
+                "(SELECT MAX(n4.ts) FROM node_runs n4 WHERE n4.host = h.id AND n4.reachable = 1) AS seen_ts "
                 "FROM hosts h JOIN node_runs n ON n.id = (SELECT n3.id FROM node_runs n3 WHERE n3.host = h.id "
                 "ORDER BY n3.ts DESC LIMIT 1) JOIN runs r ON r.id = n.run ORDER BY h.name" % _PLACES, PASSING):
             item = dict(row)
-            item["stale"] = item["pass_ts"] is None or now - item["pass_ts"] >= stale_days * 86400.0
+            item["stale"] = item["seen_ts"] is None or now - item["seen_ts"] >= stale_days * 86400.0
             out.append(item)
         return out
 

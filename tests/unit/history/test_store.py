@@ -214,7 +214,7 @@ def test_last_pass_is_the_newest_passing_run_not_the_newest_reachable_one(tmp_pa
         assert h.last_pass("n1") == T0 and h.last_pass("n2") == T0, "warn passes the default gate"
         summary = {s["name"]: s for s in h.fleet_summary(now=T0 + 3 * DAY + 60)}
         assert summary["n1"]["pass_ts"] == T0 and summary["n1"]["verdict"] == "fail"
-        assert summary["n1"]["stale"] is True, "no passing run for 3 days"
+        assert summary["n1"]["stale"] is False, "reached every night: failing, not stale"
 
 
 def test_fleet_summary_marks_a_node_never_reached_as_stale(tmp_path):
