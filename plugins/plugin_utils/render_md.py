@@ -39,7 +39,7 @@ def counts_line(report):
 
 
 def gate_line(report):
-    """The gate's outcome; an interrupted run's report never claims the gate passed (it applied none)."""
+    """The gate's outcome; an interrupted run's gate failed (it is no verdict), never passed."""
     gate = report["summary"]["gate"]
     if report.get("interrupted"):
         return "Gate (fail_on=%s): FAILED: the run was interrupted before it finished (%s did not finish); rerun for " \

@@ -69,6 +69,9 @@ def test_one_list_wrong_choices_and_ranges_are_refused():
     assert "must be at least 1" in run_guard.type_errors("n1", {"gpufleet_burn_duration_s": 0})[0]
     assert run_guard.type_errors("n1", {"gpufleet_burn_duration_s": "600", "gpufleet_fail_on": "warn",
                                         "gpufleet_lease_timeout_s": 10}) == []
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import GATE_VERDICTS
+
+    assert run_guard.role_spec()["gpufleet_fail_on"]["choices"] == list(GATE_VERDICTS), "the gate's one table"
 
 
 def test_every_variable_the_playbooks_and_the_role_read_is_in_the_one_list():
