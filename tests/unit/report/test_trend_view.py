@@ -21,6 +21,8 @@ DAY = 86400.0
 
 def _judged(tmp_path):
     data = sample_fleet.hosts()
+    # The recorded run's identity snapshot carries the recording's read times; this history runs on its own clock.
+    data["sim-node02"].pop("gpufleet_result_health_snapshot", None)
     nodes = report.evaluate_fleet(list(data), data, sample_fleet.in_play())
     node = next(n for n in nodes if n["host"] == "sim-node02")
     now = records.node_record(node, data["sim-node02"], 1.8e9 + 21 * DAY, "burn_in")
