@@ -4,8 +4,8 @@ Exit codes (every subcommand that judges a fleet):
     0  every node passed (warnings too, unless --fail-on-warn)
     1  the worst node is warn and --fail-on-warn was given
     2  a node failed, could not be checked (error) or dropped out (unreachable)
-    3  the run could not run or left no report (a refused inventory, no nodes, a crash); for history and handover:
-       no usable history (missing, damaged, not ours)
+    3  the run could not run, left no report (a refused inventory, no nodes, a crash) or was interrupted (its report
+       holds what it had; no verdict); for history and handover: no usable history (missing, damaged, not ours)
     4  the nodes passed (as 0 or 1 would say) but the run is not recorded in the history (report.json's
        history.error: a damaged file, a read-only mount, no permission); 2 and 3 take precedence
 Everything here is also plain ansible-playbook: `gpufleet audit -i INV -l node01` runs
@@ -21,16 +21,23 @@ from pathlib import Path
 
 EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN, EXIT_NOT_RECORDED = 0, 1, 2, 3, 4
 RUN_COMMANDS = {"burn-in": "burn_in", "preflight": "preflight", "audit": "audit", "provision": "provision"}
-BAD = ("fail", "error", "unreachable")
 SPARK = "▁▂▃▄▅▆▇█"
+
+
+def _bad():
+    """The node verdicts that fail (the report's default gate: module_utils/findings.py GATE_VERDICTS)."""
+    use_collection()
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import GATE_VERDICTS
+
+    return GATE_VERDICTS["fail"]
 
 
 def exit_code(report, fail_on_warn=False):
     """The exit code of a report (see the module docstring)."""
     verdicts = [n["verdict"] for n in report.get("nodes") or []]
-    if not verdicts:
+    if not verdicts or report.get("interrupted"):
         return EXIT_NOT_RUN
-    if any(v in BAD for v in verdicts):
+    if any(v in _bad() for v in verdicts):
         return EXIT_FAIL
     if (report.get("history") or {}).get("error"):
         return EXIT_NOT_RECORDED
@@ -183,12 +190,14 @@ def history_node(history, host, days, console):
         table.add_row(_day(r["ts"]), r["run_id"], r["playbook"] or "-", r["verdict"], _n(r.get("gpu_count")),
                       r.get("driver") or "-", ", ".join(r["codes"]) or "-")
     console.print(table)
-    console.print("verdicts %s" % sparkline([{"pass": 0, "warn": 1, "error": 2, "fail": 3, "unreachable": 3}.get(
-        r["verdict"], 2) for r in runs]), markup=False, highlight=False)
+    ranks = verdict_rank()
+    console.print("verdicts %s" % sparkline([ranks.get(r["verdict"], ranks["error"]) for r in runs]), markup=False,
+                  highlight=False)
     stale = [s for s in history.fleet_summary() if s["name"] == host and s["stale"]]
     if stale:
-        console.print("[bold magenta]stale:[/] no good run since %s" % _day(stale[0]["good_ts"]))
-    return EXIT_FAIL if runs[-1]["verdict"] in BAD else EXIT_PASS
+        console.print("[bold magenta]stale:[/] not reached since %s (last pass %s)" % (
+            _day(stale[0]["seen_ts"]), _day(stale[0]["pass_ts"])))
+    return EXIT_FAIL if runs[-1]["verdict"] in _bad() else EXIT_PASS
 
 
 def history_fleet(history, console):
@@ -196,13 +205,15 @@ def history_fleet(history, console):
 
     rows = history.fleet_summary()
     table = Table(title="History %s: %d node(s)" % (history.path, len(rows)), title_justify="left")
-    for column in ("node", "last run", "playbook", "verdict", "last good", "stale", "findings"):
+    for column in ("node", "last run", "playbook", "verdict", "last pass", "stale", "findings"):
         table.add_column(column, overflow="fold")
     for s in rows:
-        table.add_row(s["name"], _day(s["ts"]), s["playbook"] or "-", s["verdict"], _day(s["good_ts"]),
+        table.add_row(s["name"], _day(s["ts"]), s["playbook"] or "-", s["verdict"], _day(s["pass_ts"]),
                       "STALE" if s["stale"] else "", (s["codes"] or "").replace(",", ", ") or "-")
     console.print(table)
-    return EXIT_FAIL if any(s["stale"] or s["verdict"] in BAD for s in rows) else EXIT_PASS
+    console.print("last pass: the newest run whose verdict was pass or warn (what the default gate lets through); "
+                  "stale: not reached for 2 days", markup=False, highlight=False)
+    return EXIT_FAIL if any(s["stale"] or s["verdict"] in _bad() for s in rows) else EXIT_PASS
 
 
 def use_collection():
@@ -211,6 +222,14 @@ def use_collection():
     path = str(Path(__file__).resolve().parents[1] / "collections")
     if path not in sys.path:
         sys.path.insert(0, path)
+
+
+def verdict_rank():
+    """{verdict: rank} in the collection's one verdict order (module_utils/findings.py)."""
+    use_collection()
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import VERDICT_ORDER
+
+    return {v: i for i, v in enumerate(VERDICT_ORDER)}
 
 
 def cmd_history(args):
@@ -253,11 +272,16 @@ def cmd_handover(args):
     path = default_path(args.history_dir or Path(args.report_dir) / "history")
     out = Path(args.out or Path(args.report_dir) / "handover" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     try:
-        written = handover.write(path, args.nodes, out, pdf=args.pdf)
+        written = handover.write(path, args.nodes, out, pdf=args.pdf, force=args.force)
+    except handover.HandoverRefused as exc:  # a machine failing now, or changed since its burn-in
+        sys.stderr.write("gpufleet: %s\n" % exc)
+        return EXIT_FAIL
     except HistoryError as exc:
         sys.stderr.write("gpufleet: %s\n" % exc)
         return EXIT_NOT_RUN
     print("handover sheet: %s" % written["html"])
+    for blocked in written["forced"]:
+        sys.stderr.write("gpufleet: --force: the sheet says first that %s\n" % blocked)
     if written["pdf"]:
         print("PDF: %s" % written["pdf"])
     elif args.pdf:
@@ -287,6 +311,8 @@ def add_parsers(sub, default_report_dir):
     s = sub.add_parser("handover", help="the customer handover sheet of machines, from the history (HTML, PDF)")
     s.add_argument("nodes", nargs="+")
     s.add_argument("--pdf", action="store_true", help="also print it to PDF with headless Chromium")
+    s.add_argument("--force", action="store_true", help="write the sheet of a machine that fails now or changed since "
+                                                        "its burn-in (it says so first, in red)")
     s.add_argument("--out", help="directory (default <report-dir>/handover/<time>)")
     s.add_argument("--history-dir", help="default: <report-dir>/history")
     s.add_argument("--report-dir", default=default_report_dir)

@@ -13,7 +13,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-VERDICT_RANK = {"pass": 0, "skipped": 0, "warn": 1, "error": 2, "fail": 3, "unreachable": 4}
+from gpufleet_cli.commands import verdict_rank
+
+VERDICT_RANK = verdict_rank()
 STYLE = {"pass": "green", "warn": "yellow", "error": "magenta", "fail": "bold red", "unreachable": "bold magenta",
          "running": "cyan", "waiting": "dim"}
 BURN_STAGES = ("burn",)

@@ -77,14 +77,16 @@ def show_report(path, console=None):
     for node in report["nodes"]:
         worst = node.get("worst")
         style = VERDICT_STYLE.get(node["verdict"], "")
-        table.add_row(node["host"], "[%s]%s[/]" % (style, node["verdict"].upper()) if style else node["verdict"],
+        skipped = "\nSKIPPED: %s" % ", ".join(node["skipped"]) if node.get("skipped") else ""
+        table.add_row(node["host"], ("[%s]%s[/]" % (style, node["verdict"].upper()) if style else node["verdict"])
+                      + skipped,
                       node.get("stage") or "-", ("%s: %s" % (worst["code"], worst["message"])) if worst else "-",
                       node.get("action") or "-")
     console.print(table)
     gate = report["summary"]["gate"]
     if report.get("interrupted"):
-        console.print("Gate: not applied (the run was interrupted before it finished; rerun for a verdict)",
-                      markup=False)
+        console.print("Gate (fail_on=%s): FAILED: the run was interrupted before it finished; rerun for a verdict"
+                      % gate["fail_on"], markup=False)
     else:
         console.print("Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"]))
                                                   if gate["failed"] else "passed"), markup=False)
@@ -329,6 +331,8 @@ def main(argv=None):
     except (OSError, ValueError, KeyError) as exc:
         sys.stderr.write("gpufleet: no readable report at %s (%s)\n" % (path, exc))
         return commands.EXIT_NOT_RUN
+    if report.get("interrupted"):
+        return commands.EXIT_NOT_RUN  # no verdict: the run did not finish
     return 2 if report["summary"]["gate"]["failed"] else 0
 
 

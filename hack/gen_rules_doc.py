@@ -112,7 +112,8 @@ def render():
               "| variable | type | default | meaning | where the number comes from |", "|---|---|---|---|---|"]
     kinds = {"number": "number", "int": "int", "fraction": "number in (0, 1]", "list_int": "list of int",
              "list_str": "list of str", "rails": "rails", "gbps_map": "mapping name -> GB/s",
-             "str_map": "mapping name -> str", "str": "str"}
+             "str_map": "mapping name -> str", "str": "str",
+             "xid_severities": "mapping XID code -> critical, warning, info or unknown"}
     for name, (default, kind, meaning, source) in thresholds.THRESHOLDS.items():
         kind_words = kinds.get(kind) or "one of " + ", ".join(kind.split(":", 1)[1].split("|"))
         lines.append("| `%s` | %s | `%s` | %s | %s |" % (name, kind_words, json.dumps(default, sort_keys=True),

@@ -8,10 +8,12 @@ is out of date. Usage:  hack/gen_xid_catalog.py          (rewrite)
 
 Default severity policy (critical / warning / info / unknown), first rule that matches wins:
   1. Explicit codes, from docs/failure-modes.md (the alerts that page) and the tools' policies in docs/signals.md:
-     - critical: 48 63 64 79 92 (docs/failure-modes.md: page immediately), 74 95 119 120 140 (DCGM health watch FAIL),
+     - critical: 48 63 64 79 (docs/failure-modes.md: page immediately), 74 95 119 120 140 (DCGM health watch FAIL),
        54 (aux power not connected: a power cable, the riser builds' classic), 171 172 (details of a 48),
        167 (PCIe fatal timeout), 168 (GPU memory capacity reduced), 169 (SEC2 halt, as 62).
-     - warning: 13 31 32 43 94 (DCGM WARN; 13 and 31 also carry hardware causes in the legacy categories),
+     - warning: 13 31 32 43 94 (DCGM WARN; 13 and 31 also carry hardware causes in the legacy categories), 92 (a
+       single-bit ECC error is contained and training goes on: the report's ECC_LEAK warns, the alert is a ticket,
+       and only a rising rate pages, as the history's XID92_ACCELERATING fails),
        163 164 165 166 170 (power-smoothing wear, confidential-computing link faults: hardware, not urgent).
      - info: 45 (preemptive cleanup after another Xid; the parser raises a solo 45 to warning), 68 (NVDEC
        exception: application class for the device plugin), 162 (power smoothing re-engaged).
@@ -43,7 +45,6 @@ EXPLICIT = {
         63: "operators page at once: docs/failure-modes.md (page retired / row remap pending)",
         64: "operators page at once: docs/failure-modes.md (retirement/remap failure, RMA class)",
         79: "operators page at once: docs/failure-modes.md (GPU fell off the bus)",
-        92: "operators page at once: docs/failure-modes.md (excessive single-bit ECC rate: the slow leak)",
         74: "DCGM health watch: FAIL (NVLink)",
         95: "DCGM health watch: FAIL (uncontained memory error, reset needed)",
         119: "DCGM health watch: FAIL (GSP RPC timeout)",
@@ -62,6 +63,7 @@ EXPLICIT = {
         32: "DCGM health watch: WARN (corrupted push buffer)",
         43: "DCGM health watch: WARN (GPU stopped processing)",
         94: "DCGM health watch: WARN (contained memory error: only the application died)",
+        92: "contained single-bit ECC (the slow leak): a ticket; a rising rate pages (docs/failure-modes.md)",
         163: "power smoothing disengaged",
         164: "power smoothing circuitry low lifetime",
         165: "power smoothing circuitry lifetime exhausted",

@@ -134,9 +134,9 @@ class CallbackModule(CallbackBase):
         if not data:
             return
         nodes = report.evaluate_fleet(list(data), data, None)
+        fail_on = self._inventory_values("localhost").get("gpufleet_fail_on")  # the run's own gate, never "never"
         doc = report.build_report(nodes, self.run["run_id"], playbook=self.playbook, started=self.run.get("started"),
-                                  fail_on="never")
-        doc["interrupted"] = True
+                                  fail_on=fail_on if fail_on in report.FAIL_ON else "fail", interrupted=True)
         report_dir = os.path.expanduser(self.report_dir or "reports")
         written = report.write_report(doc, report_dir, latest=True, inputs=data)
         run_guard.release_lock(report_dir, doc["run_id"])

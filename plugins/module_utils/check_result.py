@@ -20,6 +20,7 @@ import socket
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
 from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import THRESHOLDS, resolve
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
 # Where the validation_tools role installs gpu_burn and all_reduce_perf: the checks look there after PATH.
@@ -57,6 +58,26 @@ def exit_check(module, observations, findings):
     result.update(module_fields(findings, result["not_run"]))
     result["changed"] = False
     module.exit_json(**result)
+
+
+# The option that gives a check the inventory's thresholds (doc fragment kentino.gpufleet.thresholds).
+THRESHOLD_OPTIONS = dict(thresholds=dict(type="dict", default={}))
+
+
+def given_thresholds(module, from_options=None, given=None):
+    """The thresholds the module's judge reads: its own options' (inventory names), then those of O(thresholds) (or
+    `given`), checked with thresholds.resolve as the fleet report checks them; a wrong name or type fails the task."""
+    given = (module.params.get("thresholds") if given is None else given) or {}
+    unknown = sorted(str(k) for k in given if k not in THRESHOLDS)
+    if unknown:
+        module.fail_json(msg="thresholds: %s not a threshold of this collection (docs/rules.md lists them)" % (
+            ", ".join(unknown)))
+    t, _sources, errors = resolve(given, node_name())
+    if errors:
+        module.fail_json(msg="thresholds: %s" % "; ".join(errors))
+    out = dict(from_options or {})
+    out.update((name, t[name]) for name in given)
+    return out
 
 
 # The options every long check takes to stop by itself when the controller stops waiting (module_utils/lease.py).

@@ -16,10 +16,23 @@ __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
-# Check verdicts, ascending. A proven failure outranks "could not run": it carries evidence and an action, while
-# error only says "unknown". skipped outranks pass so a run that skipped work never reads as a clean pass.
-VERDICT_ORDER = ("pass", "skipped", "warn", "error", "fail")
+# The one verdict order of the collection (checks, GPUs, nodes, the fleet; every surface reads it from here),
+# ascending. A proven failure outranks "could not run": it carries evidence and an action, while error only says
+# "unknown". skipped outranks pass so a run that skipped work never reads as a clean pass. unreachable is a node's
+# (it dropped out): worse than any verdict of a node that answered.
+VERDICT_ORDER = ("pass", "skipped", "warn", "error", "fail", "unreachable")
+# What a node, a GPU or the fleet can be (skipped is a check's: a node is judged by what did run).
+NODE_VERDICTS = tuple(v for v in VERDICT_ORDER if v != "skipped")
 _RANK = dict((v, i) for i, v in enumerate(VERDICT_ORDER))
+# Node verdicts that fail the gate at each gpufleet_fail_on: the report's gate, junit.xml, the CLI's exit codes and the
+# history's "last pass" (the newest run a node passed at the default gate) read this one table.
+GATE_VERDICTS = {
+    "fail": ("fail", "error", "unreachable"),
+    "warn": ("warn", "fail", "error", "unreachable"),
+    "never": (),
+}
+# A passing run: what the default gate lets through (a node that could not be checked never passes).
+PASSING = tuple(v for v in NODE_VERDICTS if v not in GATE_VERDICTS["fail"])
 
 MAX_EVIDENCE_LINES = 20
 MAX_LINE_CHARS = 400
@@ -33,6 +46,11 @@ def worst(verdicts, default="pass"):
         if found is None or rank > _RANK[found]:
             found = verdict if verdict in _RANK else "error"
     return found if found is not None else default
+
+
+def rank(verdict):
+    """A verdict's place in VERDICT_ORDER; an unknown string ranks as error (never silently below it)."""
+    return _RANK.get(verdict, _RANK["error"])
 
 
 def lines(values, limit=MAX_EVIDENCE_LINES):

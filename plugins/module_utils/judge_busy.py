@@ -15,10 +15,12 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_facts"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_busy_gpu_severity", "gpufleet_busy_ignore_processes")
 
 CODES = {
-    "GPU_BUSY": ("warn or fail", "a process not in gpufleet_busy_ignore_processes runs on the GPU "
-                                 "(severity gpufleet_busy_gpu_severity)"),
+    # The severity is the site's (a threshold): warn by default, fail in the training gate.
+    "GPU_BUSY": ("gpufleet_busy_gpu_severity", "a process not in gpufleet_busy_ignore_processes runs on the GPU"),
 }
 
 

@@ -1,10 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """What every check judge does first: a tool that could not run, or a check that was not run; and the door every judge
-goes through, so that a result of the wrong shape is an error finding, never an exception (stdlib only).
+goes through (stdlib only).
 
-A judge module (judge_<check>.py) declares CHECK (the module it judges) and CODES: every finding it can return,
-code -> (severity, what it means). docs/rules.md is generated from the CODES (hack/gen_rules_doc.py)."""
+The shape of a result is checked once, where it enters the controller: rules/reading.py validates it against the
+module's JSON Schema and a result that does not match is a RESULT_INVALID error naming the key; the judge is not
+called. On the node a judge reads the observations its own module just built. So a judge trusts the schema's shape,
+and an exception inside it is a bug in the judge: it is never turned into "unreadable input" here (the report shows
+it as RULE_ERROR, a test sees the traceback). The door only refuses a result that is not a mapping at all.
+
+A judge module (judge_<check>.py) declares CHECK (the module it judges), THRESHOLDS (the inventory names it reads)
+and CODES: every finding it can return, code -> (severity, what it means), the one severity of that code.
+docs/rules.md is generated from the CODES (hack/gen_rules_doc.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -14,10 +21,6 @@ import functools
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULTS
-
-# What a result of the wrong shape raises inside a judge: a missing key, None where a number belongs, a string where a
-# list belongs. Caught at the judge's door, so one bad result never loses the node's other checks or its report.
-BAD_SHAPE = (AttributeError, KeyError, IndexError, TypeError, ValueError)
 
 
 def complete(t):
@@ -38,8 +41,8 @@ def unreadable(check, host, why):
 
 def judge_door(check, shape=dict, empty=None, takes_t=True):
     """Decorator for judge(result, t, host, ...) and figures(result, ...): completes the thresholds (the argument
-    after the result, when takes_t) and answers a result that is not a `shape`, or that raises BAD_SHAPE, with one
-    CHECK_ERROR finding (judges) or with empty() (figures, when `empty` is given), instead of an exception."""
+    after the result, when takes_t) and answers a result that is not a `shape` with one CHECK_ERROR finding (judges)
+    or with empty() (figures, when `empty` is given). What the judge raises is raised (see the module docstring)."""
 
     def wrap(fn):
         @functools.wraps(fn)
@@ -52,13 +55,7 @@ def judge_door(check, shape=dict, empty=None, takes_t=True):
                     return empty()
                 return [unreadable(check, host, "it is %s, not %s" % (
                     type(result).__name__, "a mapping" if shape is dict else "a list"))]
-            try:
-                return fn(result, *args, **kwargs)
-            except BAD_SHAPE as exc:
-                if empty is not None:
-                    return empty()
-                return [unreadable(check, host, "%s: %s (a value of the wrong type or a missing key)" % (
-                    type(exc).__name__, exc))]
+            return fn(result, *args, **kwargs)
 
         return door
 

@@ -22,6 +22,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
 CHECK = "dcgm_diag"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ()
+
 CODES = {
     "DCGM_NOT_RUN": ("error", "the diag could not run or verified nothing: host engine down, runtime_error, every test "
                               "skipped, or no hardware test at the requested level"),

@@ -15,10 +15,13 @@ __metaclass__ = type
 import statistics
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.cuda_errors import NOT_READY, not_ready_action
-from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, lines
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door, unreadable
 
 CHECK = "train_dryrun"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_dryrun_slow_rank_factor",)
+
 CODES = {
     "DRYRUN_FAIL": ("fail", "torchrun failed, a rank reported not ok, or ranks printed no result"),
     "DRYRUN_OOM": ("fail", "CUDA out of memory (with the neighbour process when one holds the GPU)"),
@@ -53,28 +56,28 @@ def _oom_detail(oom):
     return "; ".join(detail) or "no detail"
 
 
-def failure_findings(result, host, severity):
-    """Why the step failed (or hung, severity error), most specific first."""
+def failure_findings(result, host):
+    """Why the step failed, most specific first."""
     out = []
     watchdog = result.get("watchdog") or {}
     fix = "fix the training entrypoint or its environment on %s" % host
     for oom in result.get("oom") or []:
         where = "rank %s" % oom["rank"] if oom.get("rank") is not None else "a rank"
         gpu = " on GPU %s" % oom["gpu"] if oom.get("gpu") is not None else ""
-        out.append(finding(severity, "DRYRUN_OOM", "%s: CUDA out of memory in %s%s (%s)" % (
+        out.append(finding("fail", "DRYRUN_OOM", "%s: CUDA out of memory in %s%s (%s)" % (
             host, where, gpu, _oom_detail(oom)), "; ".join(OOM_REMEDIES[:4]), [oom.get("line")], gpu=oom.get("gpu")))
     timeouts = watchdog.get("timeouts") or []
     if timeouts:
         first = timeouts[0]
         ranks = sorted(set(x["rank"] for x in timeouts if x.get("rank") is not None))
-        out.append(finding(severity, "DRYRUN_NCCL_TIMEOUT", "%s: collective %s (seq %s) timed out after %s ms on "
+        out.append(finding("fail", "DRYRUN_NCCL_TIMEOUT", "%s: collective %s (seq %s) timed out after %s ms on "
                            "rank(s) %s" % (host, first.get("op_type"), first.get("seq"), first.get("timeout_ms"),
                                            ",".join(str(r) for r in ranks) or "?"),
                            "find the rank that never arrived (below) and check its GPU and link",
                            [x.get("line") for x in timeouts[:4]]))
     culprit = watchdog.get("culprit")
     if culprit:
-        out.append(finding(severity, "DRYRUN_CULPRIT", "%s: culprit: %s" % (host, culprit.get("reason")),
+        out.append(finding("fail", "DRYRUN_CULPRIT", "%s: culprit: %s" % (host, culprit.get("reason")),
                            "inspect that rank's GPU (kentino.gpufleet.gpu_facts, xid_facts) and its PCIe/NVLink path; "
                            "the ranks that reported the timeout were waiting for it", [culprit.get("line")]))
     root = watchdog.get("root_cause")
@@ -87,7 +90,7 @@ def failure_findings(result, host, severity):
         elif root.get("signal"):
             what = ": killed by signal %d" % root["signal"]
         evidence = [x.get("line") for x in watchdog.get("terminate") or []][:2] or watchdog.get("evidence")
-        out.append(finding(severity, "DRYRUN_FAIL", "%s: rank %s failed first (exitcode %s)%s" % (
+        out.append(finding("fail", "DRYRUN_FAIL", "%s: rank %s failed first (exitcode %s)%s" % (
             host, root.get("rank"), root.get("exitcode"), what), fix, evidence))
     return out
 
@@ -102,15 +105,15 @@ def _texts(result):
     return [x for x in texts if isinstance(x, str)]
 
 
-def fabric_not_ready(result, host, severity="fail"):
+def fabric_not_ready(result, host):
     """[finding] when CUDA failed with error 802: the GPUs are not registered with the NVLink fabric (NVSwitch machine
     without a running fabric manager at the driver's version)."""
-    lines = [x for x in _texts(result) if NOT_READY.search(x)]
-    if not lines:
+    matched = [x for x in _texts(result) if NOT_READY.search(x)]
+    if not matched:
         return []
-    return [finding(severity, "DRYRUN_FABRIC_NOT_READY", "%s: CUDA could not initialise (error 802, system not yet "
+    return [finding("fail", "DRYRUN_FABRIC_NOT_READY", "%s: CUDA could not initialise (error 802, system not yet "
                     "initialized): the GPUs are not registered with the NVLink fabric" % host,
-                    not_ready_action(host), lines[:6])]
+                    not_ready_action(host), matched[:6])]
 
 
 @judge_door(CHECK)
@@ -123,7 +126,11 @@ def judge(result, t, host):
         if missing and result.get("ranks"):
             out[0]["message"] += "; ranks %s never reported a result: look at those first" % (
                 ",".join(str(r) for r in missing))
-        return out + failure_findings(result, host, "error")
+        # A hung run proves nothing (error, not fail): what the ranks said before the kill are clues, kept as the
+        # error's evidence rather than failures of their own.
+        clues = ["clue: %s" % f["message"] for f in failure_findings(result, host)]
+        out[0]["evidence"] = lines(clues + out[0]["evidence"], 40)
+        return out
     out = could_not_run(result, CHECK, host)
     if out or result.get("not_run"):
         return out
@@ -137,7 +144,7 @@ def judge(result, t, host):
         out.append(finding("fail", "DRYRUN_FAIL", "%s: torchrun exited with rc %s (%s ranks, %s)" % (
             host, rc, result.get("world_size"), script), fix,
             (result.get("watchdog") or {}).get("evidence") or (result.get("output_tail") or [])[-8:]))
-        return out + failure_findings(result, host, "fail")
+        return out + failure_findings(result, host)
     out += fabric_not_ready(result, host)
     ranks = result.get("ranks") or []
     for r in ranks:

@@ -15,6 +15,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "training_env_facts"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_env_expected",)
+
 CODES = {
     "ENV_MISSING": ("fail", "a variable of gpufleet_env_expected is unset or wrong in the training user's login shell"),
     "ENV_SYSTEMD_MISSING": ("warn", "the login shell has it, systemd services would not"),

@@ -19,6 +19,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
 
 CHECK = "gpu_burn"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ()
+
 CODES = {
     "BURN_NOT_RUN": ("error", "output not recognised, no CUDA, no compare kernel, no progress, unfinished, or a log "
                               "tail whose GPU initialisation is unproven"),

@@ -15,8 +15,13 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "gpu_facts"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_expected_gpus", "gpufleet_retired_pages_rma", "gpufleet_remapped_rows_rma")
+
 CODES = {
-    "GPU_FACTS_UNREADABLE": ("error", "nvidia-smi missing, failing, or printing what is not its output"),
+    "GPU_FACTS_UNREADABLE": ("error", "nvidia-smi missing, failing, or printing what is not its output: the GPUs it "
+                                      "could not read are unknown; what follows from it (GPUs missing from its table, "
+                                      "a figure measured on the wrong GPU count) is its evidence, not a finding"),
     "GPU_MISSING": ("fail", "fewer GPUs than gpufleet_expected_gpus (or than NVIDIA GPUs on the PCI bus), not lost"),
     "RETIRED_PAGES_EXHAUSTED": ("fail", "retired pages >= gpufleet_retired_pages_rma (limit 64)"),
     "RETIRED_PAGES_PENDING": ("fail", "a page retirement waits for a reset"),
@@ -27,6 +32,32 @@ CODES = {
 }
 # Problem kinds that mean the GPUs could not be read (a lost GPU is judged with the XIDs).
 UNREADABLE_KINDS = ("tool_missing", "tool_error", "parser_error", "unparsable_output", "driver_not_loaded")
+# What nvidia-smi's failure says -> the fix, for the operator (the tool, never the hardware).
+UNREADABLE_FIX = {
+    "tool_missing": "install the NVIDIA driver (it ships nvidia-smi) or put nvidia-smi on PATH",
+    "driver_not_loaded": "load the NVIDIA kernel module (modprobe nvidia; dmesg | grep NVRM says why it failed) or "
+                         "reinstall the driver for the running kernel",
+    "unparsable_output": "check which nvidia-smi runs (command -v nvidia-smi: a wrong binary or a wrapper on PATH) and "
+                         "run it by hand; reinstall the driver if its own nvidia-smi prints this",
+    "parser_error": "run nvidia-smi by hand and report its output with a kentino.gpufleet bug",
+    "tool_error": "run nvidia-smi by hand: it fails (driver/kernel module mismatch after an update: reboot or "
+                  "reinstall the driver)",
+}
+
+
+def unreadable_finding(problems, host):
+    """One GPU_FACTS_UNREADABLE for every problem of a GPU table read that failed: the tool and its fix."""
+    kinds = []
+    for p in problems:
+        if p.get("kind") not in kinds:
+            kinds.append(p.get("kind"))
+    first = problems[0]
+    more = " (and %d more)" % (len(problems) - 1) if len(problems) > 1 else ""
+    return finding("error", "GPU_FACTS_UNREADABLE", "%s: nvidia-smi could not be read (%s): %s%s; the GPUs it did not "
+                   "read are unknown" % (host, ", ".join(kinds), first.get("message"), more),
+                   "fix nvidia-smi on %s, not the GPUs: %s; then rerun (unreadable is not healthy)" % (
+                       host, "; ".join(UNREADABLE_FIX.get(k, UNREADABLE_FIX["tool_error"]) for k in kinds)),
+                   [p.get("line") or p.get("message") for p in problems])
 
 
 def _counters(gpu, t, host):
@@ -80,11 +111,8 @@ def judge(facts, t, host, lost_pcis=()):
     out = []
     gpus = facts.get("gpufleet_gpus") or []
     unreadable = [p for p in facts.get("gpufleet_gpu_problems") or [] if p.get("kind") in UNREADABLE_KINDS]
-    for problem in unreadable[:3]:
-        out.append(finding("error", "GPU_FACTS_UNREADABLE", "%s: nvidia-smi could not be read (%s): %s" % (
-            host, problem.get("kind"), problem.get("message")),
-            "fix nvidia-smi on %s (driver loaded? `nvidia-smi` by hand), then rerun; unreadable is not healthy"
-            % host, [problem.get("line") or problem.get("message")], pci=problem.get("pci")))
+    if unreadable:
+        out.append(unreadable_finding(unreadable, host))
     for gpu in gpus:
         out.extend(_counters(gpu, t, host))
     expected, source = expected_count(facts, t)

@@ -16,10 +16,14 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, fmt_size, judge_door
 
 CHECK = "nccl_test"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_nccl_min_busbw_gbps", "gpufleet_nccl_min_busbw_fraction", "gpufleet_nccl_reference_busbw_gbps")
+
 CODES = {
     "NCCL_FAIL": ("fail", "a `Test CUDA/NCCL failure` line, or a non-zero exit after results"),
     "NCCL_WRONG_VALUES": ("fail", "wrong values, out-of-bounds values or bitwise mismatches: data corrupted between GPUs"),
-    "NCCL_NO_FIGURE": ("error", "no result rows, or no bus bandwidth at the largest size: nothing measured"),
+    "NCCL_NO_FIGURE": ("error", "no result rows, no bus bandwidth at the largest size, or a run on one GPU (an "
+                                "all_reduce on one GPU moves nothing between GPUs): nothing measured"),
     "NCCL_BUSBW_LOW": ("fail", "busbw at the largest size below the floor (or 0): the figure, floor and its source shown"),
     "NCCL_NO_BASELINE": ("warn", "no floor for this GPU model: set gpufleet_nccl_min_busbw_gbps"),
     "NCCL_INCOMPLETE": ("warn", "the sweep ended before maxBytes or before the footer"),
@@ -157,10 +161,16 @@ def _bandwidth(result, rows, t, host, gpu_names, sources, topology=None):
     largest_lines = [_line(r) for r in rows if r.get("size_bytes") == largest]
     topology = ("check the topology and risers on %s: nvidia-smi topo -m, PCIe gen/width of each GPU under load, "
                 "reseat/replace the riser of the slow link" % host)
+    ranks = len(result.get("gpus") or [])
     if peak is None:
         out.append(finding("error", "NCCL_NO_FIGURE", "%s: no bus bandwidth could be read at the largest size (%s)"
                            % (host, fmt_size(largest or 0)), "rerun nccl_test on %s and read its output" % host,
                            largest_lines))
+    elif ranks == 1 and peak <= 0:
+        out.append(finding("error", "NCCL_NO_FIGURE", "%s: all_reduce_perf ran on one GPU: a collective on one GPU "
+                           "moves nothing between GPUs, so its 0 GB/s measures nothing" % host,
+                           "run it over every GPU of %s (gpus_per_process: the GPU count nvidia-smi gives; fix "
+                           "nvidia-smi first if it gave none)" % host, largest_lines))
     elif peak <= 0:
         out.append(finding("fail", "NCCL_BUSBW_LOW", "%s: NCCL busbw %.1f GB/s at %s: nothing moved between the GPUs"
                            % (host, peak, fmt_size(largest)), topology, largest_lines))

@@ -19,6 +19,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "nvlink"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_nvlink_crc_fail_per_s", "gpufleet_nvlink_replay_recovery_fail",
+              "gpufleet_nvlink_min_link_speed_gbps", "gpufleet_nvlink_links_per_gpu")
+
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "FABRIC_MANAGER_MISSING": ("fail", "an NVSwitch machine without the fabric manager package and service: CUDA "

@@ -18,6 +18,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common impo
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
 CHECK = "gpu_sample"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_temp_max_c", "gpufleet_temp_sustained_s",
+              "gpufleet_load_util_min_pct", "gpufleet_ecc_corrected_rise")
+
 CODES = {
     "THERMAL_SUSTAINED": ("fail", "seconds above gpufleet_temp_max_c >= gpufleet_temp_sustained_s (from sample times)"),
     "THERMAL_THROTTLE": ("warn", "a thermal throttle reason in samples"),
@@ -118,11 +122,30 @@ def figures(result, t):
 
 
 @judge_door(CHECK)
-def judge(result, t, host, loaded_expected=False, lost=()):
-    """[finding] for one gpu_sample result. loaded_expected: a load ran beside the sampling (the burn did work), so a
-    GPU never seen loaded is a check that did not happen, not a pass. lost: PCI addresses or indexes of GPUs lost
-    during the run; whether one was sampled under load before it vanished is timing, and its loss is the finding."""
+def coverage(result, t, host, lost=()):
+    """[SAMPLES_NOT_UNDER_LOAD] for a sampling that ran beside a load which did work (the burn): a GPU never seen
+    loaded is a check that did not happen, not a pass. lost: PCI addresses or indexes of GPUs lost during the run;
+    whether one was sampled under load before it vanished is timing, and its loss is the finding. A cross-check of
+    two results that only the controller sees together: the report files it as its own check, sample_coverage."""
     lost = set(normalize_pci(x) if isinstance(x, str) else x for x in lost)
+    out = []
+    rows_by_gpu = per_gpu_rows(result)
+    for fig in figures(result, t)[0]:
+        rows = rows_by_gpu[fig["pci"] or fig["index"]]
+        index, pci = fig["index"], fig["pci"]
+        gone = index in lost or (pci and normalize_pci(pci) in lost)
+        if not fig["loaded_samples"] and not gone:
+            out.append(finding("error", "SAMPLES_NOT_UNDER_LOAD", "%s: none of its %d nvidia-smi samples was taken "
+                               "while the burn loaded it: its PCIe link and temperature under load were not checked"
+                               % (gpu_label(host, index, pci), fig["samples"]),
+                               "rerun the burn-in on %s (a longer gpufleet_burn_duration_s or a shorter "
+                               "gpufleet_sample_interval_s)" % host, [_line(r) for r in rows[-2:]], index, pci))
+    return out
+
+
+@judge_door(CHECK)
+def judge(result, t, host):
+    """[finding] for one gpu_sample result (what the module itself can judge: coverage() needs the burn's result)."""
     out = []
     rows_by_gpu = per_gpu_rows(result)
     per, _series = figures(result, t)
@@ -153,13 +176,6 @@ def judge(result, t, host, loaded_expected=False, lost=()):
                                "samples)" % (label, gen or "?", width or "?", gen_max, width_max, len(loaded)),
                                "reseat or replace the riser of %s, or move the card to another slot; check the slot's "
                                "BIOS link setting" % label, [_line(r) for r in loaded[:5]], index, pci))
-        gone = index in lost or (pci and normalize_pci(pci) in lost)
-        if loaded_expected and not fig["loaded_samples"] and not gone:
-            out.append(finding("error", "SAMPLES_NOT_UNDER_LOAD", "%s: none of its %d nvidia-smi samples was taken "
-                               "while the burn loaded it: its PCIe link and temperature under load were not checked"
-                               % (label, fig["samples"]),
-                               "rerun the burn-in on %s (a longer gpufleet_burn_duration_s or a shorter "
-                               "gpufleet_sample_interval_s)" % host, [_line(r) for r in rows[-2:]], index, pci))
         first, last = fig["ecc_corrected_first"], fig["ecc_corrected_last"]
         if first is not None and last - first >= t["gpufleet_ecc_corrected_rise"]:
             out.append(finding("warn", "ECC_CORRECTED_RISING", "%s volatile corrected ECC rose from %d to %d during "

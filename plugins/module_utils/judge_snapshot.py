@@ -20,6 +20,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "health_snapshot"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ()
+
 # Every finding this judge can return: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "SNAPSHOT_PART_ERROR": ("error", "a part of the snapshot (XIDs, storage, environment, versions) could not be read: "

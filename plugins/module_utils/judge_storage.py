@@ -17,6 +17,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common impo
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvme_smart import assess_health
 
 CHECK = "checkpoint_storage"
+# The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
+THRESHOLDS = ("gpufleet_storage_margin_pct", "gpufleet_storage_min_free_inodes",
+              "gpufleet_storage_max_overhead_pct", "gpufleet_storage_wear_warn_pct")
+
 CODES = {
     "STORAGE_FAIL": ("fail", "missing or read-only path, not writable, full, out of inodes, a write that failed or did "
                              "not read back, or an NVMe that is read-only/degraded/failing; the message says which"),

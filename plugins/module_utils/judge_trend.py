@@ -13,7 +13,7 @@ Ampere and later (the bank histogram's Low/None banks are the ones about to run 
 Input (`result`): {"now_ts": epoch seconds of this run,
                    "gpus": [{"index", "pci", "uuid", "samples": [{"ts", <counter columns>}, ...] oldest first,
                              "xid92_ts": [epoch of each XID 92 event]}],
-                   "node": {"reachable": bool, "last_good_ts": epoch or None}}
+                   "node": {"reachable": bool, "last_pass_ts": epoch or None}}
 """
 
 from __future__ import absolute_import, division, print_function
@@ -42,7 +42,7 @@ CODES = {
     "TEMPERATURE_CREEP": ("warn", "GPU temperature at equal load (same power band) up by gpufleet_trend_temp_rise_c or "
                                   "more against the earlier window"),
     "PCIE_REPLAYS_RISING": ("warn", "PCIe replays per day at or above gpufleet_trend_pcie_replays_per_day"),
-    "HISTORY_STALE": ("error", "the node did not answer and has no good audit for gpufleet_history_stale_days (or "
+    "HISTORY_STALE": ("error", "the node did not answer and has no passing run for gpufleet_history_stale_days (or "
                                "ever): its health is unknown, not healthy"),
 }
 
@@ -296,14 +296,14 @@ def judge(result, t, host):
     out = []
     node = result.get("node") or {}
     if node.get("reachable") is False:
-        last = _num(node.get("last_good_ts"))
+        last = _num(node.get("last_pass_ts"))
         days = float(t["gpufleet_history_stale_days"])
         if last is None or (now is not None and now - last >= days * DAY_S):
             since = "never" if last is None else "%s (%.1f days ago)" % (_day(last), (now - last) / DAY_S)
-            out.append(finding("error", "HISTORY_STALE", "%s: no good audit in the history since %s: its health is "
+            out.append(finding("error", "HISTORY_STALE", "%s: no passing run in the history since %s: its health is "
                                "unknown" % (host, since),
                                "bring %s back (power, network, sshd) and audit it; until then treat it as unhealthy"
-                               % host, ["last reachable run with results: %s" % since]))
+                               % host, ["last passing run (pass or warn): %s" % since]))
     if now is None:
         return out
     for gpu in result.get("gpus") or []:

@@ -16,7 +16,7 @@ import datetime
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import xid_policy
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import BAD_SHAPE, complete, unreadable
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete, unreadable
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
 CHECK = "xid_facts"
@@ -45,11 +45,15 @@ CODES = {
     "GPU_GROUP_LOST": ("fail", "2+ GPUs lost within the window and no rail map"),
     "GPU_UNDERPOWERED": ("fail", "nvidia-smi says the GPU is insufficiently powered"),
     "GPU_INIT_FAILED": ("fail", "the driver could not initialise the GPU (RmInitAdapter failed)"),
-    "XID_RMA": ("fail", "an XID of gpufleet_rma_xids (48, 63, 64)"),
-    "ECC_LEAK": ("warn", "an XID of gpufleet_ecc_leak_xids (92)"),
-    "XID_OTHER": ("fail or warn", "any other XID whose severity (catalog, line, overrides) is critical (fail), "
-                                  "warning or unknown (warn)"),
+    "XID_RMA": ("fail", "an XID of gpufleet_rma_xids (48, 63, 64) whose severity (xid_policy: catalog, line, "
+                        "gpufleet_xid_severity_overrides) is critical"),
+    "ECC_LEAK": ("warn", "an XID of gpufleet_ecc_leak_xids (92) whose severity is warning or unknown"),
+    "XID_CRITICAL": ("fail", "any other XID whose severity is critical (the alert GpuXidCritical pages on it)"),
+    "XID_WARNING": ("warn", "any other XID whose severity is warning or unknown (the alert GpuXidWarning tickets it)"),
 }
+# The policy's severity -> the finding's verdict: the report fails exactly what pages, warns what tickets; an info
+# XID is on the timeline only. One table for the report, the watcher's label and the alerts (xid_policy.py).
+FINDING_SEVERITY = {"critical": "fail", "warning": "warn", "unknown": "warn"}
 
 
 def event_time(event):
@@ -122,15 +126,13 @@ def judge(events, lost, t, host, gpus=None):
     for name, value in (("events", events), ("lost", lost)):
         if not isinstance(value, (list, tuple)):
             return [unreadable(CHECK, host, "%s is %s, not a list" % (name, type(value).__name__))], []
-    try:
-        return _judge(events, lost, complete(t), host, gpus)
-    except BAD_SHAPE as exc:
-        return [unreadable(CHECK, host, "%s: %s (a value of the wrong type or a missing key)" % (
-            type(exc).__name__, exc))], []
+    return _judge(events, lost, complete(t), host, gpus)
 
 
 def _classify(event, gpus, overrides, t, tracker, timeline, rma, leak, other):
-    """Put one XID event on the timeline and in the bucket its code belongs to."""
+    """Put one XID event on the timeline and in the bucket its code and its policy severity belong to: the lists
+    (lost, RMA, leak) choose the finding and its action only where the policy's severity is the finding's own; the
+    site's override of a code's severity moves it to XID_CRITICAL or XID_WARNING (or the timeline, for info)."""
     code = event.get("xid")
     pci = normalize_pci(event.get("pci")) if event.get("pci") else None
     index = gpus.get(pci) if pci else None
@@ -142,13 +144,14 @@ def _classify(event, gpus, overrides, t, tracker, timeline, rma, leak, other):
                      "message": line[:300]})
     if event.get("counted") is False:  # a consequence of another event (XID 45 after 79): timeline only
         return
+    verdict = FINDING_SEVERITY.get(level)
     if code in t["gpufleet_lost_xids"]:
         tracker.mark(index, pci, when, line, "XID %s" % code)
-    elif code in t["gpufleet_rma_xids"]:
+    elif code in t["gpufleet_rma_xids"] and verdict == CODES["XID_RMA"][0]:
         rma.setdefault((index, pci), []).append((code, line))
-    elif code in t["gpufleet_ecc_leak_xids"]:
+    elif code in t["gpufleet_ecc_leak_xids"] and verdict == CODES["ECC_LEAK"][0]:
         leak.setdefault((index, pci), []).append((code, line))
-    elif level in ("critical", "unknown", "warning"):
+    elif verdict is not None:
         other.append((index, pci, code, line, level, basis, event))
 
 
@@ -159,16 +162,16 @@ def _judge(events, lost, t, host, gpus):
     timeline, rma, leak, other = [], {}, {}, []
     skipped = []  # entries of the wrong shape: said in one error finding, never losing the others' findings
     for event in events:
-        try:
-            _classify(event, gpus, overrides, t, tracker, timeline, rma, leak, other)
-        except BAD_SHAPE as exc:
-            skipped.append("XID event %r: %s: %s" % (event, type(exc).__name__, exc))
+        if not isinstance(event, dict):
+            skipped.append("XID event %r is not a mapping" % (event,))
+            continue
+        _classify(event, gpus, overrides, t, tracker, timeline, rma, leak, other)
     for entry in lost:
-        try:
-            tracker.mark(entry.get("index"), entry.get("pci"), entry.get("time_s"), entry.get("line"),
-                         entry.get("why") or "lost")
-        except BAD_SHAPE as exc:
-            skipped.append("lost GPU %r: %s: %s" % (entry, type(exc).__name__, exc))
+        if not isinstance(entry, dict):
+            skipped.append("lost GPU %r is not a mapping" % (entry,))
+            continue
+        tracker.mark(entry.get("index"), entry.get("pci"), entry.get("time_s"), entry.get("line"),
+                     entry.get("why") or "lost")
     tracker.infer_indices()
 
     findings, psu_of = _rails(tracker.entries, t, host)
@@ -201,12 +204,13 @@ def _judge(events, lost, t, host, gpus):
             [line for _, line in items], gpu=index, pci=pci))
     for index, pci, code, line, level, basis, event in other:
         label = gpu_label(host, index, pci)
-        findings.append(finding("fail" if level == "critical" else "warn", "XID_OTHER",
-                                "%s logged XID %s (%s, severity %s: %s)" % (
-                                    label, code, event.get("mnemonic") or event.get("description") or "?", level,
-                                    basis),
-                                "%s (NVIDIA XID catalog, XID %s)" % (_action_words(event), code), [line],
-                                gpu=index, pci=pci))
+        message = "%s logged XID %s (%s, severity %s: %s)" % (
+            label, code, event.get("mnemonic") or event.get("description") or "?", level, basis)
+        action = "%s (NVIDIA XID catalog, XID %s)" % (_action_words(event), code)
+        if level == "critical":
+            findings.append(finding("fail", "XID_CRITICAL", message, action, [line], gpu=index, pci=pci))
+        else:
+            findings.append(finding("warn", "XID_WARNING", message, action, [line], gpu=index, pci=pci))
     if skipped:
         findings.append(finding("error", "CHECK_ERROR", "%s: %d XID event(s) or lost-GPU entries could not be read "
                                 "(the others are judged): %s" % (host, len(skipped), skipped[0][:200]),
@@ -222,11 +226,7 @@ def judge_init_failures(init_failures, host, gpus=None):
     if not isinstance(init_failures, (list, tuple)):
         return [] if init_failures is None else [unreadable(CHECK, host, "init_failures is %s, not a list" % (
             type(init_failures).__name__))]
-    try:
-        return _init_failures(init_failures, host, gpus)
-    except BAD_SHAPE as exc:
-        return [unreadable(CHECK, host, "%s: %s (a value of the wrong type or a missing key)" % (
-            type(exc).__name__, exc))]
+    return _init_failures(init_failures, host, gpus)
 
 
 def _init_failures(init_failures, host, gpus):

@@ -109,7 +109,7 @@ CATALOG = {
     89: ('NVDEC4_ERROR', 'NVDEC Error', 'RESTART_APP', 'CONTACT_SUPPORT', (), 'info', 'bucket RESTART_APP: the application died, the GPU is fine'),
     90: ('LTC_ERROR', 'Unused', 'CONTACT_SUPPORT', None, (), 'warning', 'bucket CONTACT_SUPPORT'),
     91: ('RESERVED_XID', 'Unused', 'CONTACT_SUPPORT', None, (), 'warning', 'bucket CONTACT_SUPPORT'),
-    92: ('EXCESSIVE_SBE_INTERRUPTS', 'High single-bit ECC error rate', 'IGNORE', 'CONTACT_SUPPORT', ('HW', 'DRV'), 'critical', 'operators page at once: docs/failure-modes.md (excessive single-bit ECC rate: the slow leak)'),
+    92: ('EXCESSIVE_SBE_INTERRUPTS', 'High single-bit ECC error rate', 'IGNORE', 'CONTACT_SUPPORT', ('HW', 'DRV'), 'warning', 'contained single-bit ECC (the slow leak): a ticket; a rising rate pages (docs/failure-modes.md)'),
     93: ('INFOROM_ERASE_LIMIT_EXCEEDED', 'Non-fatal violation of provisioned InfoROM wear limit', 'IGNORE', 'CONTACT_SUPPORT', (), 'info', 'bucket IGNORE'),
     94: ('CONTAINED_ERROR', 'Contained memory error', 'RESTART_APP', 'IGNORE', ('HW', 'DRV', 'FB'), 'warning', 'DCGM health watch: WARN (contained memory error: only the application died)'),
     95: ('UNCONTAINED_ERROR', 'Uncontained memory error', 'RESET_GPU', 'IGNORE', ('HW', 'DRV', 'FB'), 'critical', 'DCGM health watch: FAIL (uncontained memory error, reset needed)'),

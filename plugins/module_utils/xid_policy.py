@@ -57,6 +57,14 @@ def severity(code, details=None, correlated_with=None, overrides=None, synthetic
     return level, basis
 
 
+def interrupts_job(code, severity):
+    """Whether an XID interrupts a training job: the one definition of an interruption (docs/training.md) for the
+    checkpoint plan of the report and `gpufleet plan`. It must be critical by the policy (with the site's overrides),
+    and not contained: an XID whose catalog action is IGNORE is the driver recording what it handled while training
+    goes on (XID 63's row remap record; XID 92's single-bit ECC is a warning already, docs/audit.md)."""
+    return severity == "critical" and lookup(code)["action"]["immediate"] != "IGNORE"
+
+
 def parse_overrides(mapping):
     """{code: severity} from an inventory, a module option or the watcher's configuration -> {int code: severity}.
     Raises ValueError naming the bad key or value."""

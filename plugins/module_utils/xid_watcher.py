@@ -231,7 +231,7 @@ class Watcher:
         self._lost_severity = xid_policy.severity(79, overrides=cfg["severity_overrides"], synthetic=True)[0]
         # what is counted (all saved in the state file)
         self.counters = {}  # (pci, xid, severity) -> {"gpu", "uuid", "value"}
-        self.last_ts = {}  # (pci, xid) -> epoch seconds
+        self.last_ts = {}  # (pci, xid, severity) -> epoch seconds: the alerts select on the severity written here
         self.lost = {}  # pci -> {"time", "line"}: lost in the current boot
         self.counted_79 = []  # [boot_id, pci] pairs with an XID 79 counted (one per GPU and boot)
         self.identity = {}  # pci -> {"index", "uuid", "name"}
@@ -274,8 +274,12 @@ class Watcher:
             for pci, xid, severity, gpu, uuid, value in state.get("counters", []):
                 self.counters[(pci, str(xid), severity)] = {"gpu": gpu, "uuid": uuid, "value": int(value)}
             for key, ts in (state.get("last_ts") or {}).items():
-                pci, _, xid = key.rpartition("|")
-                self.last_ts[(pci, xid)] = float(ts)
+                parts = key.split("|")
+                if len(parts) == 3:
+                    self.last_ts[tuple(parts)] = float(ts)
+                else:  # a state written before the severity label: the counters know each code's severities
+                    for pci, xid, severity in [k for k in self.counters if k[:2] == tuple(parts[-2:])]:
+                        self.last_ts[(pci, xid, severity)] = float(ts)
             self.identity = dict(state.get("identity") or {})
             self.max_visible = int(state.get("max_visible") or 0)
             self.lines_read = int(state.get("lines_read") or 0)
@@ -305,7 +309,7 @@ class Watcher:
             "source": self.cfg["source"],
             "position": self.source.position(),
             "counters": [[k[0], k[1], k[2], v["gpu"], v["uuid"], v["value"]] for k, v in sorted(self.counters.items())],
-            "last_ts": {"%s|%s" % k: v for k, v in self.last_ts.items()},
+            "last_ts": {"%s|%s|%s" % k: v for k, v in self.last_ts.items()},
             "lost": {"boot_id": self.boot_id, "gpus": self.lost},
             "counted_79": self.counted_79[-256:],
             "identity": self.identity,
@@ -403,9 +407,9 @@ class Watcher:
             series = self.counters[key] = {"gpu": ident.get("index", ""), "uuid": ident.get("uuid", ""), "value": 0}
         series["value"] += 1
         when = epoch if epoch is not None else self.clock()
-        if when > self.last_ts.get((pci, str(xid)), 0.0):
-            if (pci, str(xid)) in self.last_ts or len(self.last_ts) < MAX_SERIES:
-                self.last_ts[(pci, str(xid))] = when
+        if when > self.last_ts.get(key, 0.0):
+            if key in self.last_ts or len(self.last_ts) < MAX_SERIES:
+                self.last_ts[key] = when
         if xid == 79 and self._is_current(boot_id, epoch) and pci not in self.lost:
             self.lost[pci] = {"time": when, "line": (line or "")[:400]}
             index = (self.identity.get(pci) or {}).get("index")
@@ -448,16 +452,17 @@ class Watcher:
         now = self.clock()
         fam = []
         f = MetricFamily("gpufleet_xid_events_total", "counter",
-                         "NVIDIA XID events in the kernel log, by GPU, code and the catalog's severity (a burst of "
-                         "lines is one event; an XID 45 that follows another Xid is not counted again).")
+                         "NVIDIA XID events in the kernel log, by GPU, code and severity (xid_policy: the catalog, the "
+                         "line, gpufleet_xid_severity_overrides; a burst of lines is one event; an XID 45 that follows "
+                         "another Xid is not counted again).")
         for (pci, xid, severity), v in sorted(self.counters.items()):
             f.add(v["value"], pci=pci, gpu=v["gpu"], uuid=v["uuid"], xid=xid, severity=severity)
         fam.append(f)
         f = MetricFamily("gpufleet_xid_last_event_timestamp_seconds", "gauge",
-                         "Time of the newest event per GPU and XID code (the log's time; the watcher's when the log "
-                         "gives none).")
-        for (pci, xid), ts in sorted(self.last_ts.items()):
-            f.add(ts, pci=pci, xid=xid)
+                         "Time of the newest event per GPU, XID code and severity (the log's time; the watcher's when "
+                         "the log gives none). The alerts select on the severity.")
+        for (pci, xid, severity), ts in sorted(self.last_ts.items()):
+            f.add(ts, pci=pci, xid=xid, severity=severity)
         fam.append(f)
         snap = self.inventory.snapshot()
         known = set(self.identity) | set(self.lost) | {k[0] for k in self.counters if k[1] == "79"}

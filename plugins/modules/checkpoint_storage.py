@@ -33,6 +33,7 @@ version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - kentino.gpufleet.node_module
+  - kentino.gpufleet.thresholds
 attributes:
   check_mode:
     support: partial
@@ -198,7 +199,12 @@ user:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_storage
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import exit_check, node_name
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    THRESHOLD_OPTIONS,
+    exit_check,
+    given_thresholds,
+    node_name,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.checkpoint_state import observe
 
 
@@ -218,6 +224,7 @@ def main():
             nvme_executable=dict(type="path"),
             smartctl_executable=dict(type="path"),
             timeout=dict(type="int", default=120),
+            **THRESHOLD_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -229,8 +236,9 @@ def main():
         module.fail_json(msg="checkpoint_size_gb must be > 0, got %s" % p["checkpoint_size_gb"])
     if p["interval_min"] <= 0:
         module.fail_json(msg="interval_min must be > 0, got %s" % p["interval_min"])
-    t = {"gpufleet_storage_margin_pct": p["margin_pct"], "gpufleet_storage_min_free_inodes": p["min_free_inodes"],
-         "gpufleet_storage_max_overhead_pct": p["max_overhead_pct"], "gpufleet_storage_wear_warn_pct": p["wear_warn_pct"]}
+    t = given_thresholds(module, {
+        "gpufleet_storage_margin_pct": p["margin_pct"], "gpufleet_storage_min_free_inodes": p["min_free_inodes"],
+        "gpufleet_storage_max_overhead_pct": p["max_overhead_pct"], "gpufleet_storage_wear_warn_pct": p["wear_warn_pct"]})
 
     obs = observe(module, p, module.check_mode)
     obs.update(judge_storage.figures(obs))

@@ -87,6 +87,13 @@ options:
         description: Rise of volatile corrected ECC errors that warns (C(gpufleet_ecc_corrected_rise)).
         type: int
         default: 1
+      thresholds:
+        description:
+          - The sampling judge's thresholds by their inventory names, as in M(kentino.gpufleet.gpu_sample)'s
+            O(kentino.gpufleet.gpu_sample#module:thresholds); they take precedence over the options above. The burn-in
+            passes the inventory's (filter C(kentino.gpufleet.check_thresholds)), so the node judges the samples as the
+            fleet report does.
+        type: dict
 notes:
   - O(executable) defaults to C(gpu_burn), then C(gpu-burn), on E(PATH) or in C(/opt/gpufleet/bin), where the
     C(kentino.gpufleet.validation_tools) role installs it.
@@ -239,6 +246,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options imp
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
     ToolCheck,
+    given_thresholds,
     planned_tool,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
@@ -285,8 +293,9 @@ class SamplerThread:
     """nvidia-smi sampling in a thread beside the burn: started before gpu_burn, stopped when it ends."""
 
     def __init__(self, module, options, lease, host):
-        self.t = gpu_sampling.thresholds(options["temp_max_c"], options["temp_sustained_s"],
-                                         options["load_util_min_pct"], options["ecc_corrected_rise"])
+        self.t = given_thresholds(module, gpu_sampling.thresholds(
+            options["temp_max_c"], options["temp_sustained_s"], options["load_util_min_pct"],
+            options["ecc_corrected_rise"]), given=options["thresholds"] or {})
         self.interval = options["interval"]
         self.host = host
         self.executable = find_tool(module, "nvidia-smi")
@@ -333,6 +342,7 @@ def main():
                 temp_sustained_s=dict(type="float", default=300.0),
                 load_util_min_pct=dict(type="float", default=50.0),
                 ecc_corrected_rise=dict(type="int", default=1),
+                thresholds=dict(type="dict"),
             )),
             **LEASE_OPTIONS
         ),

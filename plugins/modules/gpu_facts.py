@@ -97,6 +97,13 @@ ansible_facts:
           remapped_rows_pending: false
           throttle_reasons: []
           processes: [{pid: 48213, name: /opt/conda/bin/python3.11, used_memory_mib: 59012}]
+    gpufleet_pci_gpus:
+      description:
+        - PCI addresses (V(dddd:bb:dd)) of the NVIDIA GPUs on the PCI bus, whatever nvidia-smi says; the expected
+          GPU count when C(gpufleet_expected_gpus) is not set.
+      type: list
+      elements: str
+      sample: ["0000:18:00", "0000:2a:00"]
     gpufleet_driver_version:
       description: NVIDIA driver version, null when nvidia-smi could not report it.
       type: str

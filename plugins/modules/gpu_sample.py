@@ -30,6 +30,7 @@ author:
 extends_documentation_fragment:
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.thresholds
   - kentino.gpufleet.node_module
 attributes:
   check_mode:
@@ -243,7 +244,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import gpu_sampli
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
+    THRESHOLD_OPTIONS,
     exit_check,
+    given_thresholds,
     node_name,
     open_lease,
 )
@@ -260,7 +263,7 @@ def main():
             load_util_min_pct=dict(type="float", default=50.0, aliases=["load_threshold_pct"]),
             ecc_corrected_rise=dict(type="int", default=1),
             stop_file=dict(type="path"),
-            **LEASE_OPTIONS
+            **dict(LEASE_OPTIONS, **THRESHOLD_OPTIONS)
         ),
         supports_check_mode=True,
     )
@@ -269,8 +272,8 @@ def main():
     for name in ("duration", "interval", "lease_timeout"):
         if p[name] <= 0:
             module.fail_json(msg="%s must be a positive number of seconds, got %s" % (name, p[name]))
-    t = gpu_sampling.thresholds(p["temp_max_c"], p["temp_sustained_s"], p["load_util_min_pct"],
-                                p["ecc_corrected_rise"])
+    t = given_thresholds(module, gpu_sampling.thresholds(p["temp_max_c"], p["temp_sustained_s"],
+                                                         p["load_util_min_pct"], p["ecc_corrected_rise"]))
     host = node_name()
     lease = open_lease(module)
     executable = find_tool(module, "nvidia-smi", p["executable"])

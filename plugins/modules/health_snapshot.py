@@ -31,6 +31,7 @@ author:
 extends_documentation_fragment:
   - kentino.gpufleet.node_module
   - kentino.gpufleet.node_module.facts
+  - kentino.gpufleet.thresholds
 attributes:
   check_mode:
     support: full
@@ -255,7 +256,12 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import (
     judge_storage,
     judge_xid,
 )
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import exit_check, node_name
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    THRESHOLD_OPTIONS,
+    exit_check,
+    given_thresholds,
+    node_name,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError, read_kernel_log
 from ansible_collections.kentino.gpufleet.plugins.module_utils.snapshot import Snapshot, XidReadError
@@ -294,9 +300,8 @@ def _xid_reader(module, p):
     return read
 
 
-def _verdicts(result, facts, host, env_expected):
-    """The node's own view: each part's judge with the default thresholds (and the expected environment)."""
-    t = {"gpufleet_env_expected": env_expected}
+def _verdicts(result, facts, host, t):
+    """The node's own view: each part's judge with the thresholds given (the report's, from the stage)."""
     sub = {}
     if result.get("gpu_sample") is not None:
         findings = judge_samples.judge(result["gpu_sample"], t, host)
@@ -312,7 +317,8 @@ def _verdicts(result, facts, host, env_expected):
         result["env"].update(module_fields(findings))
         sub["env"] = findings
     findings = judge_snapshot.judge(result, t, host)
-    findings += judge_gpu_health.judge(facts, t, host)
+    if facts:  # mode identity reads no GPU table: the run's own (gpu_facts) is the one judged
+        findings += judge_gpu_health.judge(facts, t, host)
     xid = facts.get("gpufleet_xid")
     if xid is not None:
         events, lost = xid.get("events") or [], [{"pci": pci, "why": "lost"} for pci in xid.get("lost_gpus") or []]
@@ -349,6 +355,7 @@ def main():
             env_expected=dict(type="dict"),
             dcgmi_executable=dict(type="path"),
             dmi_dir=dict(type="path", default="/sys/class/dmi/id"),
+            **THRESHOLD_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -361,6 +368,9 @@ def main():
         module.fail_json(msg="checkpoint_size_gb and checkpoint_interval_min must be > 0 and checkpoint_keep >= 0")
     p["env_expected"] = dict(DEFAULT_ENV_EXPECTED) if p["env_expected"] is None else dict(
         (str(k), None if v is None else str(v)) for k, v in p["env_expected"].items())
+    t = given_thresholds(module, {"gpufleet_env_expected": p["env_expected"],
+                                  "gpufleet_xid_severity_overrides": p["severity_overrides"] or {}})
+    p["env_expected"], p["severity_overrides"] = t["gpufleet_env_expected"], t["gpufleet_xid_severity_overrides"]
     if p["mode"] == "identity":
         p.update(include_q=False, xid=False, env=False, checkpoint_path="")
     result, facts = Snapshot(module, p, _xid_reader(module, p)).collect()
@@ -371,7 +381,7 @@ def main():
     if result["tool"] is None:
         result["tool"] = {"argv": [], "rc": None, "timed_out": False, "duration_s": 0.0,
                           "error": (result["parts"].get("gpus") or {}).get("error")}
-    findings = _verdicts(result, facts, node_name(), p["env_expected"])
+    findings = _verdicts(result, facts, node_name(), t)
     if facts:
         result["ansible_facts"] = facts
     exit_check(module, result, findings)

@@ -26,6 +26,7 @@ author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - kentino.gpufleet.check_common
   - kentino.gpufleet.lease
+  - kentino.gpufleet.thresholds
   - kentino.gpufleet.node_module.tool_check
 attributes:
   check_mode:
@@ -97,6 +98,21 @@ options:
         matching name wins. Use your platform's burn-in figure.
     type: dict
     default: {}
+  interconnect:
+    description:
+      - How the node's GPUs reach each other, the C(interconnect) of M(kentino.gpufleet.nvlink_facts)' fact
+        C(gpufleet_nvlink). A built-in reference applies only to the interconnect it was measured on (an H100 SXM
+        figure says nothing about H100 PCIe cards); without a matching one the verdict is V(warn) with the figure,
+        as in the fleet report.
+    type: str
+    choices: [nvswitch, nvlink, pcie, mixed]
+  gpu_names:
+    description:
+      - The node's GPU models (the C(gpufleet_gpus) fact's names) the reference is chosen by; default the names in
+        the tool's own header.
+    type: list
+    elements: str
+    default: []
 notes:
   - O(executable) defaults to C(all_reduce_perf) on E(PATH) or in C(/opt/gpufleet/bin), where the
     C(kentino.gpufleet.validation_tools) role installs it; C(mpirun) is looked up the same way.
@@ -216,8 +232,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_nccl
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
+    THRESHOLD_OPTIONS,
     TOOL_DIRS,
     ToolCheck,
+    given_thresholds,
     planned_tool,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_tests_output import parse_nccl_tests
@@ -280,7 +298,9 @@ def main():
             min_busbw_gbps=dict(type="float"),
             min_busbw_fraction=dict(type="float", default=0.7),
             reference_busbw_gbps=dict(type="dict", default={}),
-            **LEASE_OPTIONS
+            interconnect=dict(type="str", choices=["nvswitch", "nvlink", "pcie", "mixed"]),
+            gpu_names=dict(type="list", elements="str", default=[]),
+            **dict(LEASE_OPTIONS, **THRESHOLD_OPTIONS)
         ),
         supports_check_mode=True,
     )
@@ -300,7 +320,7 @@ def main():
         module.fail_json(msg="env names must be shell-style variable names, got %r" % (bad_env,))
     env = dict((str(k), str(v)) for k, v in params["env"].items())
     mpirun = params["launcher"] == "mpirun"
-    check = ToolCheck(module, judge_nccl.judge, thresholds(params))
+    check = ToolCheck(module, judge_nccl.judge, given_thresholds(module, thresholds(params)))
     finish = check.finish
     test_binary, missing = check.find(("all_reduce_perf",))
     launcher, no_launcher = check.find(("mpirun",), "install Open MPI (openmpi-bin) or use launcher=none",
@@ -328,7 +348,7 @@ def main():
     ran, observations = check.run(argv, params["timeout"], env=env)
     if not ran.error and not ran.timed_out:
         observations.update(parse_nccl_tests(ran.stdout + "\n" + ran.stderr))
-    finish(observations)
+    finish(observations, gpu_names=params["gpu_names"], topology=params["interconnect"])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ version_added: "0.1.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
   - kentino.gpufleet.check_common
+  - kentino.gpufleet.thresholds
   - kentino.gpufleet.node_module.tool_check
 attributes:
   check_mode:
@@ -228,7 +229,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dryrun
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    THRESHOLD_OPTIONS,
     exit_check,
+    given_thresholds,
     node_name,
     planned_tool,
     tool_section,
@@ -355,6 +358,7 @@ def main():
             batch_size=dict(type="int", default=32),
             max_restarts=dict(type="int", default=0),
             slow_rank_factor=dict(type="float", default=2.0),
+            **THRESHOLD_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -377,7 +381,7 @@ def main():
     obs = {"world_size": None, "script": "shipped" if shipped else "entrypoint", "entrypoint": p["entrypoint"],
            "step_time_s": None, "ranks": [], "gpus": [], "missing_ranks": [], "watchdog": {}, "oom": [],
            "remedies": [], "leftover_pids_killed": [], "output_tail": [], "notes": notes}
-    t = {"gpufleet_dryrun_slow_rank_factor": p["slow_rank_factor"]}
+    t = given_thresholds(module, {"gpufleet_dryrun_slow_rank_factor": p["slow_rank_factor"]})
 
     def finish(tool, not_run=None):
         obs["tool"] = tool

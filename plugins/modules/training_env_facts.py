@@ -29,6 +29,7 @@ extends_documentation_fragment:
   - kentino.gpufleet.node_module
   - kentino.gpufleet.node_module.read_only
   - kentino.gpufleet.node_module.facts
+  - kentino.gpufleet.thresholds
 options:
   user:
     description: The user that runs training. Default the user running the module. Another user needs root (become).
@@ -129,14 +130,24 @@ sources:
   returned: always
   type: dict
 ansible_facts:
-  description: C(gpufleet_training_env) = {user, variables, sources, verdict}.
+  description: The training environment as facts.
   returned: always
   type: dict
+  contains:
+    gpufleet_training_env:
+      description: The user, every expected variable as each source shows it, and the sources read.
+      type: dict
+      sample: {user: train, variables: [], sources: {}}
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_env
-from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import exit_check, node_name
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
+    THRESHOLD_OPTIONS,
+    exit_check,
+    given_thresholds,
+    node_name,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULT_ENV_EXPECTED
 from ansible_collections.kentino.gpufleet.plugins.module_utils.training_env_state import (  # noqa: F401 (SHELL_SCRIPT: tests)
     _USER_RE,
@@ -157,6 +168,7 @@ def main():
             etc_environment=dict(type="path", default="/etc/environment"),
             environment_d=dict(type="path", default="/etc/environment.d"),
             timeout=dict(type="int", default=30),
+            **THRESHOLD_OPTIONS
         ),
         supports_check_mode=True,
     )
@@ -169,8 +181,10 @@ def main():
         module.fail_json(msg="home applies to the user running the module only (another user's login is read with su)")
     expected = dict(DEFAULT_ENV_EXPECTED) if p["expected"] is None else dict(
         (str(k), None if v is None else str(v)) for k, v in p["expected"].items())
+    t = given_thresholds(module, {"gpufleet_env_expected": expected})
+    expected = t["gpufleet_env_expected"]
     obs = observe(module, p, user, current, expected)
-    findings = judge_env.judge(obs, {"gpufleet_env_expected": expected}, node_name())
+    findings = judge_env.judge(obs, t, node_name())
     obs["ansible_facts"] = {"gpufleet_training_env": {"user": user, "variables": obs["variables"],
                                                       "sources": obs["sources"]}}
     exit_check(module, obs, findings)

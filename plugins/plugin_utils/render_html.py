@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, render_svg, report_format
 
 TEMPLATES = Path(__file__).with_name("templates")
-VERDICT_ORDER = ("pass", "warn", "error", "fail", "unreachable")
+VERDICT_ORDER = NODE_VERDICTS
 
 
 def _environment():
@@ -73,8 +74,18 @@ def _history(node, markup):
     labels = {str(g["index"]): "GPU %s" % g["index"] for g in node["gpus"]}
     chart = render_svg.line_chart(hist.get("ecc_per_day") or {}, "Corrected ECC errors per day (history)",
                                   "/day", "days before this run", labels=labels)
-    return {"ecc_chart": markup(chart) if chart else None, "previous": hist.get("previous"),
-            "changes": hist.get("changes") or []}
+    return {"ecc_chart": markup(chart) if chart else None, "ecc_note": None if chart else _no_curve(node),
+            "previous": hist.get("previous"), "changes": hist.get("changes") or []}
+
+
+def _no_curve(node):
+    """Why there is no ECC curve, true beside the node's own findings: the history may be too short for a curve while
+    this run already found the ECC rising (a card must never say "no ECC errors" next to an ECC finding)."""
+    ecc = sorted({f["code"] for f in node["findings"] if "ECC" in f["code"] or f["code"].startswith("XID92")})
+    if ecc:
+        return ("No ECC curve yet: the history holds no two readings of a rising corrected-ECC counter of this node. "
+                "This run's ECC findings are below: %s." % ", ".join(ecc))
+    return "No rise of corrected ECC between this node's readings in the history."
 
 
 def render(report):

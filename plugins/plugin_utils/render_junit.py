@@ -2,7 +2,7 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """junit.xml from report.json for CI gates: one testsuite per node, one testcase per (node, check).
 
-Findings whose severity trips the report's gate (report.GATE_VERDICTS: the same table the gate uses) -> <failure>,
+Findings whose severity trips the report's gate (findings.GATE_VERDICTS: the same table the gate uses) -> <failure>,
 except error/unreachable -> <error>; skipped checks -> <skipped>; the rest go to system-out. Evidence is the body.
 Times: a testcase is its check's tool time, a suite the sum, the whole file the run's start to finish.
 """
@@ -32,7 +32,7 @@ def _seconds(iso):
 
 
 def render(report):
-    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report import GATE_VERDICTS
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import GATE_VERDICTS
 
     report = printable_tree(report)  # XML 1.0 cannot carry most control characters, even escaped
     gated = GATE_VERDICTS[report["fail_on"]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report_format import (
     count,
     lost_finding,
@@ -33,7 +34,14 @@ def code(value):
     return "`%s`" % str(value if value is not None else "").replace("`", "'")
 
 _ICON = {"pass": "PASS", "warn": "WARN", "error": "ERROR", "fail": "FAIL", "unreachable": "UNREACHABLE",
-         "skipped": "skipped"}
+         "skipped": "SKIPPED"}
+
+
+def verdict_text(node):
+    """A node's verdict for the summary tables: a pass of what ran never hides what did not run."""
+    skipped = node.get("skipped") or []
+    label = _ICON.get(node["verdict"], node["verdict"])
+    return "%s (SKIPPED: %s)" % (label, ", ".join(skipped)) if skipped else label
 
 
 def cell(value, limit=160):
@@ -46,16 +54,17 @@ def cell(value, limit=160):
 
 def counts_line(report):
     s = report["summary"]
-    parts = ["%s %s" % (count(s["verdicts"].get(v, 0)), v) for v in ("pass", "warn", "fail", "error", "unreachable")
+    parts = ["%s %s" % (count(s["verdicts"].get(v, 0)), v) for v in NODE_VERDICTS
              if s["verdicts"].get(v, 0)]
     return "%s node(s), %s GPU(s): %s" % (count(s["nodes"]), count(s["gpus"]), ", ".join(parts) or "none")
 
 
 def gate_line(report):
-    """The gate's outcome; an interrupted run's report never claims the gate passed (it applied none)."""
+    """The gate's outcome; an interrupted run's gate failed (it is no verdict), never passed."""
     gate = report["summary"]["gate"]
     if report.get("interrupted"):
-        return "Gate: not applied (the run was interrupted before it finished; rerun for a verdict)"
+        return "Gate (fail_on=%s): FAILED: the run was interrupted before it finished (%s did not finish); rerun for " \
+               "a verdict" % (gate["fail_on"], ", ".join(gate["nodes"]) or "no node")
     return "Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"])) if gate["failed"]
                                       else "passed")
 
@@ -73,10 +82,14 @@ def summary_table(report):
     for node in report["nodes"]:
         worst = node.get("worst")
         lines.append("| %s | %s | %s | %s | %s |" % (
-            cell(node["host"]), _ICON.get(node["verdict"], node["verdict"]), cell(node.get("stage")),
+            cell(node["host"]), cell(verdict_text(node)), cell(node.get("stage")),
             cell(("%s: %s" % (worst["code"], worst["message"])) if worst else "no findings"),
             cell(node.get("action") or "none")))
     footer = "\n".join(line for line in (gate_line(report), history_line(report)) if line)
+    skipped = sum(1 for node in report["nodes"] if node.get("skipped"))
+    if skipped:
+        footer += "\nSkipped: %d node(s) did not run every check (switched off, refused or check mode): see SKIPPED" % (
+            skipped)
     title = "Fleet report %s%s: %s" % (report["run_id"], " (INTERRUPTED: what the run had when it stopped)"
                                        if report.get("interrupted") else "", counts_line(report))
     return "\n".join([title, ""] + lines + ["", footer])

@@ -18,19 +18,14 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import GATE_VERDICTS, NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.packages import require
 
 SCHEMA_VERSION = "1.0"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
 GENERATOR = "kentino.gpufleet.fleet_report"
-FAIL_ON = ("fail", "warn", "never")
-# Node verdicts that trip each gate: a node that could not be checked is never a pass.
-GATE_VERDICTS = {
-    "fail": ("fail", "error", "unreachable"),
-    "warn": ("warn", "fail", "error", "unreachable"),
-    "never": (),
-}
+FAIL_ON = tuple(GATE_VERDICTS)
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 FILES = ("report.json", "report.md", "report.html", "junit.xml")
 
@@ -49,7 +44,7 @@ def default_run_id(when=None):
 
 
 def summarize(nodes, fail_on):
-    verdicts = {v: 0 for v in ("pass", "warn", "error", "fail", "unreachable")}
+    verdicts = {v: 0 for v in NODE_VERDICTS}
     gpu_verdicts, findings, codes = {}, {}, {}
     gpus = 0
     for node in nodes:
@@ -73,15 +68,22 @@ def summarize(nodes, fail_on):
     }
 
 
-def build_report(nodes, run_id, playbook=None, started=None, finished=None, fail_on="fail"):
-    """The report dict from evaluated nodes (rules.evaluate_node); sorted worst first, then by host."""
+def build_report(nodes, run_id, playbook=None, started=None, finished=None, fail_on="fail", interrupted=False):
+    """The report dict from evaluated nodes (rules.evaluate_node); sorted worst first, then by host. An interrupted
+    run keeps its gpufleet_fail_on and never passes its gate: every node that did not finish fails it."""
     if fail_on not in FAIL_ON:
         raise ReportError("fail_on must be one of %s, got %r" % (", ".join(FAIL_ON), fail_on))
     if not RUN_ID_RE.match(str(run_id)):
         raise ReportError("run_id %r is not a safe directory name (letters, digits, . _ -; at most 128)" % (run_id,))
     ordered = sorted(nodes, key=lambda n: (-rules.rank(n["verdict"]), n["host"]))
     finished = finished or now_iso()
-    return {
+    summary = summarize(ordered, fail_on)
+    if interrupted:
+        stopped = [n["host"] for n in ordered if any(f["code"] == "RUN_INTERRUPTED" for f in n["findings"])]
+        summary["gate"]["nodes"] = [h for h in [n["host"] for n in ordered]
+                                    if h in stopped or h in summary["gate"]["nodes"]]
+        summary["gate"]["failed"] = True
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "run_id": str(run_id),
         "started": started or finished,
@@ -89,9 +91,12 @@ def build_report(nodes, run_id, playbook=None, started=None, finished=None, fail
         "playbook": playbook,
         "fail_on": fail_on,
         "generator": GENERATOR,
-        "summary": summarize(ordered, fail_on),
+        "summary": summary,
         "nodes": ordered,
     }
+    if interrupted:
+        doc["interrupted"] = True
+    return doc
 
 
 def load_schema():

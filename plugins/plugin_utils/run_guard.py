@@ -4,7 +4,11 @@
 
 - every gpufleet_* variable of every target host is a name the collection knows (a typo such as
   gpufleet_burn_duraton_s would otherwise be ignored and the node judged with the default), with "did you mean";
-- role variables have their argument spec's types and choices, thresholds their kinds;
+- role and playbook variables have their argument spec's types, choices and ranges, thresholds their kinds;
+
+One list says what the variables are: the gpufleet role's argument spec (names, types, choices, defaults, and the
+ranges its "Range:" lines give, hack/gen_thresholds.py); the names a run sets itself are read from the role's tasks,
+the playbooks and the facts modules' documentation. Nothing here lists a variable of its own.
 - the reports directory is writable and no other run is writing to it (a lock holding the run's PID);
 - the run gets an id no other run has (time plus random suffix).
 """
@@ -14,9 +18,11 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import secrets
 import tempfile
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
@@ -28,34 +34,70 @@ COLLECTION = Path(__file__).resolve().parents[2]
 ROLE_SPEC = COLLECTION / "roles" / "gpufleet" / "meta" / "argument_specs.yml"
 LOCK_NAME = ".gpufleet-run.lock"
 
-# Variables the playbooks and the collection set or read besides the role's options and the thresholds.
-PLAYBOOK_VARS = {
-    "gpufleet_hosts": "the host pattern the playbooks target (default gpufleet_nodes)",
-    "gpufleet_fail_on": "the report's gate: fail, warn or never",
-    "gpufleet_report_dir": "where reports are written (default reports)",
-    "gpufleet_environment": "environment the plays apply on the nodes (the simulated fleet's tools)",
-    "gpufleet_ssh_extra_args": "SSH arguments the playbooks use (keepalive so a dead node is noticed)",
-    "gpufleet_train_home": "home directory whose login profile the environment check reads (default: the user's)",
-    "gpufleet_history_enabled": "judge trends, drift and baselines from the history and record the run (default true)",
-    "gpufleet_history_dir": "directory of the history file (default <gpufleet_report_dir>/history)",
-    "gpufleet_history_days": "runs older than this many days leave the history (default 400)",
-    "gpufleet_baseline_reset": "record this burn-in's figures as the nodes' new baselines (after a repair)",
-    "gpufleet_site_vars": "a site's own variable names that start with gpufleet_ (accepted by this check)",
-    "gpufleet_show_summary": "print the report's summary table at the end of the run (default true; the gpufleet "
-                             "command prints its own)",
-}
-# Set by the run itself (facts, registered results): never an inventory typo.
-RUNTIME_VARS = ("gpufleet_stage", "gpufleet_completed", "gpufleet_refused_reason", "gpufleet_run",
-                "gpufleet_run_id", "gpufleet_run_started", "gpufleet_xid_before", "gpufleet_stage_failures",
-                "gpufleet_interrupted", "gpufleet_report", "gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_xid",
-                "gpufleet_driver_version", "gpufleet_gpu_problems", "gpufleet_pci_gpus", "gpufleet_training_env",
-                "gpufleet_nvlink", "gpufleet_nvlink_before")
+# Names a run composes (gpufleet_result_<module>), the simulator's and the provisioning play's own.
 RUNTIME_PREFIXES = ("gpufleet_result_", "gpufleet_sim_", "gpufleet_provision_")
+RANGE = re.compile(r"^Range: (at least|more than) (-?[0-9.]+)(?:, at most (-?[0-9.]+))?\.$")
+
+
+@lru_cache(maxsize=None)
+def _spec():
+    with open(ROLE_SPEC) as fh:
+        return yaml.safe_load(fh)["argument_specs"]["main"]["options"]
 
 
 def role_spec():
-    with open(ROLE_SPEC) as fh:
-        return yaml.safe_load(fh)["argument_specs"]["main"]["options"]
+    """The gpufleet role's options: its knobs, the playbooks' variables and the thresholds (one list)."""
+    return dict(_spec())
+
+
+def _lines(option):
+    desc = option.get("description") or []
+    return [desc] if isinstance(desc, str) else list(desc)
+
+
+def ranges(spec=None):
+    """{name: (lowest, lowest allowed, highest or None)} from the options' "Range:" lines."""
+    out = {}
+    for name, option in (spec if spec is not None else _spec()).items():
+        for line in _lines(option):
+            match = RANGE.match(line) if line.startswith("Range:") else None
+            if match:
+                kind, low, high = match.groups()
+                out[name] = (float(low), kind == "at least", float(high) if high else None)
+    return out
+
+
+@lru_cache(maxsize=None)
+def runtime_names():
+    """The gpufleet_* names a run sets itself (registered results, set_fact keys, the facts modules' facts), read
+    from the role's tasks, the playbooks and the modules' RETURN documentation: never an inventory typo."""
+    names = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("register"), str):
+                names.add(node["register"])
+            for key in ("ansible.builtin.set_fact", "set_fact", "ansible.builtin.set_stats"):
+                if isinstance(node.get(key), dict):
+                    names.update(k for k in node[key] if isinstance(k, str))
+                    if isinstance(node[key].get("data"), dict):
+                        names.update(node[key]["data"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for path in sorted(COLLECTION.glob("roles/gpufleet/tasks/**/*.yml")) + sorted(COLLECTION.glob("playbooks/*.yml")):
+        with open(path) as fh:
+            walk(yaml.safe_load(fh))
+    for path in sorted((COLLECTION / "plugins" / "modules").glob("*.py")):
+        text = path.read_text()
+        if 'RETURN = r"""' in text:
+            doc = yaml.safe_load(text.split('RETURN = r"""', 1)[1].split('"""', 1)[0]) or {}
+            names.update((doc.get("ansible_facts") or {}).get("contains") or {})
+    names.update(("gpufleet_run_started", "gpufleet_interrupted"))  # the fleet report's and run_record's inputs
+    return frozenset(n for n in names if n.startswith("gpufleet_") and "{{" not in n)
 
 
 def collection_role_options():
@@ -70,8 +112,7 @@ def collection_role_options():
 
 
 def known_names():
-    return (set(role_spec()) | collection_role_options() | set(THRESHOLDS) | set(PLAYBOOK_VARS)
-            | set(RUNTIME_VARS))
+    return set(_spec()) | collection_role_options() | set(THRESHOLDS) | set(runtime_names())
 
 
 def unknown_variables(host, names, known=None):
@@ -95,19 +136,31 @@ NODE_PATHS = ("gpufleet_checkpoint_path", "gpufleet_dryrun_entrypoint", "gpuflee
 
 
 def type_errors(host, values, spec=None):
-    """Errors for role variables of the wrong type or choice, paths that are not clean (unit_values.clean_path),
-    and thresholds of the wrong kind."""
-    spec = spec if spec is not None else role_spec()
-    given = {k: v for k, v in values.items() if k in spec}
+    """Errors for role and playbook variables of the wrong type, choice or range (the argument spec and its "Range:"
+    lines), paths that are not clean (unit_values.clean_path), and thresholds of the wrong kind (thresholds.resolve,
+    the report's own check of them)."""
+    spec = spec if spec is not None else _spec()
+    options = {k: v for k, v in spec.items() if k not in THRESHOLDS}
+    given = {k: v for k, v in values.items() if k in options and v is not None}
     errors = []
-    result = ArgumentSpecValidator(spec).validate(given)
+    result = ArgumentSpecValidator(options).validate(given)
     for message in result.error_messages:
         errors.append("host %s: %s (roles/gpufleet/meta/argument_specs.yml)" % (host, message))
     for name, value in sorted(given.items()):
-        is_path = spec[name].get("type") == "path" or name in NODE_PATHS
+        is_path = options[name].get("type") == "path" or name in NODE_PATHS
         if is_path and isinstance(value, str) and value and not clean_path(value):
             errors.append("host %s: %s=%r is not an absolute, normalised path (no . or .. component, no doubled or "
                           "trailing slash) of letters, digits and . _ - + @ , = (docs/security.md)" % (host, name, value))
+    bad = set()
+    for message in result.error_messages:
+        bad.update(name for name in given if name in message)
+    for name, (low, low_ok, high) in ranges(options).items():
+        value = result.validated_parameters.get(name) if name in given and name not in bad else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                value < low or (value == low and not low_ok) or (high is not None and value > high)):
+            errors.append("host %s: %s is %s, must be %s%s (roles/gpufleet/meta/argument_specs.yml)" % (
+                host, name, values[name], "at least %g" % low if low_ok else "more than %g" % low,
+                ", at most %g" % high if high is not None else ""))
     _thresholds, _sources, threshold_errors = resolve(values, host)
     return errors + threshold_errors
 

@@ -91,6 +91,19 @@ def test_a_typo_is_refused_before_any_node_is_touched(tmp_path):
     assert not (tmp_path / "sim-state").exists(), "a node was touched"
 
 
+def test_wrong_choices_and_ranges_are_refused_before_any_node_is_touched(tmp_path):
+    """The role's argument spec (choices, "Range:" lines) refuses them in the run guard (bench/run_guard_refusal.py
+    times it); on main fail_on=sometimes ran the whole burn-in and wrote no report, the others reached the nodes and
+    came back as node errors stored in their history."""
+    bad = {"gpufleet_fail_on": "sometimes", "gpufleet_burn_duration_s": -5, "gpufleet_sample_interval_s": -1,
+           "gpufleet_lease_timeout_s": 0}
+    rc, output, report = run_playbook("burn_in", tmp_path, extra=bad)
+    assert rc == 2 and report is None and "refusing to start" in output, output[-3000:]
+    assert all(name in output for name in bad), output[-3000:]
+    assert not (tmp_path / "sim-state").exists(), "a node was touched"
+    assert not (tmp_path / "reports" / "history").exists(), "the refusal reached the history"
+
+
 def test_a_read_only_reports_directory_is_refused_up_front(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()

@@ -113,7 +113,7 @@ def test_drift_staleness_and_the_history_of_a_node_never_reached(tmp_path):
         summary = {s["name"]: s for s in history.fleet_summary()}
         assert summary["dead1"]["stale"] and summary["dead1"]["verdict"] == "unreachable"
         assert not summary["h1"]["stale"]
-        assert len(history.node_runs("dead1")) == 2 and history.last_good("dead1") is None
+        assert len(history.node_runs("dead1")) == 2 and history.last_pass("dead1") is None
 
 
 def test_a_node_twenty_percent_below_its_own_burn_in_baseline_is_flagged(tmp_path):

@@ -1,9 +1,15 @@
 # -*- coding: utf-8 -*-
 # Copyright: kentino.gpufleet contributors; Apache-2.0
-"""The customer handover sheet: per machine, what was shipped (serials of the board and every GPU, VBIOS, InfoROM,
-driver, DCGM, kernel, system BIOS) and the proof it is healthy (its latest burn-in: verdict, checks, findings with
-their evidence, and its figures against the platform's: the median of the same group's latest burn-ins), read from
-the history and rendered as one self-contained HTML file (PDF through headless Chromium when it is installed).
+"""The customer handover sheet: per machine, its CURRENT verdict first (its newest run, whatever the playbook), then
+what was shipped (serials of the board and every GPU, VBIOS, InfoROM, driver, DCGM, kernel, system BIOS) and the proof
+it is healthy (its latest burn-in: verdict, checks, findings with their evidence, and its figures against the
+platform's: the median of the same group's latest burn-ins), read from the history and rendered as one self-contained
+HTML file (PDF through headless Chromium when it is installed).
+
+A machine is not handed over as clean when it is not: when its newest run or its latest audit does not pass (the
+default gate, findings.PASSING), or when a version changed since its burn-in (the burn-in proves another machine),
+the sheet is refused (HandoverRefused, naming why) unless forced, and a forced sheet says so first, in red. The sheet
+is for a customer: the history's own bookkeeping (the trend, drift and baseline checks' figures) is not on it.
 """
 
 from __future__ import annotations
@@ -14,10 +20,26 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import PASSING
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, ident_of
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
+# What a customer reads of each burn-in check: the measured figures, never the history's own bookkeeping (the trend,
+# drift and baseline checks, a reference group's size, counts of compared figures) nor the run's internals.
+CUSTOMER_FIGURES = {
+    "gpu_facts": ("gpus", "expected_gpus"), "xid_facts": ("events",), "gpu_burn": ("gpus", "duration_s"),
+    "gpu_sample": ("samples",), "dcgm_diag": ("level_run", "dcgm_version"),
+    "nccl_test": ("busbw_gbps", "min_busbw_gbps", "interconnect"), "nvlink": ("interconnect", "fabric_manager"),
+    "checkpoint_storage": ("write_mb_per_s", "estimated_checkpoint_s"),
+    "training_env_facts": ("variables_ok",), "train_dryrun": ("world_size", "step_time_s"),
+}
+# The versions a burn-in proves: one that changed since is not burned in.
+VERSION_KEYS = ("driver", "dcgm", "kernel", "bios", "vbios", "inforom", "board")
+
+
+class HandoverRefused(HistoryError):
+    """A machine is not ready to hand over (its current verdict, its versions): the message names why and --force."""
 
 
 def _iso(ts):
@@ -51,6 +73,23 @@ def machine(history, host):
                                {r["playbook"] or "?" for r in runs})), host))
     identity = next((r for r in runs if r.get("versions") and r["reachable"]), burn)
     versions = dict(identity.get("versions") or {})
+    burned = dict(burn.get("versions") or {})
+    changed = [{"what": key, "burn_in": burned.get(key), "now": versions.get(key)} for key in VERSION_KEYS
+               if burned.get(key) != versions.get(key) and (burned.get(key) or versions.get(key))]
+    latest = runs[0]
+    audits = [r for r in runs if r["playbook"] == "audit"]
+    blockers = []
+    if latest["verdict"] not in PASSING:
+        blockers.append("its newest run (%s %s, %s) is %s%s" % (
+            latest["playbook"], latest["run_id"], _iso(latest["ts"]), latest["verdict"].upper(),
+            ": " + ", ".join(latest["codes"]) if latest["codes"] else ""))
+    if audits and audits[0] is not latest and audits[0]["verdict"] not in PASSING:
+        blockers.append("its latest audit (%s, %s) is %s: %s" % (audits[0]["run_id"], _iso(audits[0]["ts"]),
+                                                                 audits[0]["verdict"].upper(),
+                                                                 ", ".join(audits[0]["codes"]) or "-"))
+    if changed:
+        blockers.append("versions changed since its burn-in (%s): the burn-in does not prove what runs now" % "; ".join(
+            "%s %s -> %s" % (c["what"], _version(c["burn_in"]), _version(c["now"])) for c in changed))
     doc = history.node_doc(burn["id"]) or {}
     gpus = history.gpu_rows_of(burn["id"])
     peers = [r for r in history.latest_of_group("burn_in", burn["grp"]) if r["host_name"] != host]
@@ -65,7 +104,9 @@ def machine(history, host):
         base = own.get((ident_of(gpu), "burn_gflops", ""))
         gpu["baseline_gflops"] = base["value"] if base else None
     figures = dict(burn.get("figures") or {})
-    checks = doc.get("checks") or {}
+    checks = {name: {"verdict": check["verdict"], "figures": {k: check["figures"][k] for k in keep
+                                                              if (check.get("figures") or {}).get(k) is not None}}
+              for name, check in (doc.get("checks") or {}).items() for keep in [CUSTOMER_FIGURES.get(name)] if keep}
     nccl = (checks.get("nccl_test") or {}).get("figures") or {}
     rows = []
     if figures.get("nccl_busbw_gbps") is not None:
@@ -77,8 +118,15 @@ def machine(history, host):
         rows.append({"what": "checkpoint write speed", "unit": "MB/s", "value": figures["storage_write_mb_per_s"],
                      "floor": None, "floor_source": None, "platform": platform["storage_write_mb_per_s"],
                      "vs_platform_pct": _share(figures["storage_write_mb_per_s"], platform["storage_write_mb_per_s"])})
+    now_gpus = {g.get("pci"): g.get("verdict") for g in history.gpu_rows_of(latest["id"])} if latest is not burn \
+        else {}
+    for gpu in gpus:
+        gpu["verdict_now"] = now_gpus.get(gpu.get("pci"), gpu.get("verdict"))
     return {
         "host": host, "product": identity.get("product"), "board_serial": identity.get("board_serial"),
+        "current": {"verdict": latest["verdict"], "playbook": latest["playbook"], "run_id": latest["run_id"],
+                    "time": _iso(latest["ts"]), "codes": latest["codes"]},
+        "blockers": blockers, "changed": changed,
         "versions": versions, "dcgm": versions.get("dcgm") or (checks.get("dcgm_diag") or {}).get(
             "figures", {}).get("dcgm_version"),
         "burn": {"run_id": burn["run_id"], "time": _iso(burn["ts"]), "verdict": burn["verdict"]},
@@ -90,6 +138,12 @@ def machine(history, host):
     }
 
 
+def _version(value):
+    if isinstance(value, dict):  # per GPU (vbios, inforom): the distinct values
+        return "/".join(sorted(set(str(v) for v in value.values()))) or "-"
+    return value or "-"
+
+
 def render(sheets, generated=None):
     import jinja2  # controller only
 
@@ -97,6 +151,7 @@ def render(sheets, generated=None):
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = lambda v, d=1: "-" if v is None else (("%." + str(d) + "f") % v if isinstance(v, float)
                                                                 else str(v))
+    env.filters["version"] = _version
     return env.get_template("handover.html.j2").render(
         sheets=sheets, generated=generated or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
@@ -125,17 +180,24 @@ def to_pdf(html_path, pdf_path, timeout=120):
     return None
 
 
-def write(history_path, hosts, out_dir, pdf=False):
-    """Write handover.html (and handover.pdf) for these machines under out_dir. Returns {html, pdf, pdf_error}."""
+def write(history_path, hosts, out_dir, pdf=False, force=False):
+    """Write handover.html (and handover.pdf) for these machines under out_dir. Returns {html, pdf, pdf_error, forced}.
+    HandoverRefused when a machine is not ready (its current verdict, a version changed since its burn-in) and not
+    force: nothing is written."""
     with History(history_path, readonly=True) as history:
         sheets = [machine(history, host) for host in hosts]
+    blocked = ["%s: %s" % (s["host"], "; ".join(s["blockers"])) for s in sheets if s["blockers"]]
+    if blocked and not force:
+        raise HandoverRefused("not handing over as healthy: %s. Repair and rerun (burn-in after a version change), or "
+                              "write the sheet anyway with --force (it then says this first, in red)" % " | ".join(
+                                  blocked))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     html = out_dir / "handover.html"
     from ansible_collections.kentino.gpufleet.plugins.plugin_utils.report import write_atomic
 
     write_atomic(html, render(sheets))
-    result = {"html": str(html), "pdf": None, "pdf_error": None, "hosts": list(hosts)}
+    result = {"html": str(html), "pdf": None, "pdf_error": None, "hosts": list(hosts), "forced": blocked}
     if pdf:
         target = out_dir / "handover.pdf"
         result["pdf_error"] = to_pdf(html, target)

@@ -27,6 +27,10 @@ import urllib.parse
 import zlib
 from contextlib import contextmanager
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import PASSING
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_policy import interrupts_job
+
+_PLACES = ", ".join("?" * len(PASSING))
 APPLICATION_ID = 0x47504648  # "GPFH"
 FILE_NAME = "gpufleet-history.sqlite3"
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -93,6 +97,8 @@ MIGRATIONS = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+# The runs that watch nodes in production: their time is the checkpoint plan's GPU-hours, their XIDs its interruptions.
+PRODUCTION_PLAYBOOKS = ("audit",)
 
 
 class HistoryError(Exception):
@@ -498,10 +504,10 @@ class History:
                                "g.id = gr.gpu WHERE gr.node_run = ? ORDER BY gr.idx", (node_run_id,))
         return [dict(r) for r in rows]
 
-    def last_good(self, host):
-        """ts of the host's newest reachable run with GPU results, or None."""
+    def last_pass(self, host):
+        """ts of the host's newest passing run (findings.PASSING: what the default gate lets through), or None."""
         row = self.db.execute("SELECT MAX(n.ts) FROM node_runs n JOIN hosts h ON h.id = n.host WHERE h.name = ? AND "
-                              "n.reachable = 1 AND n.verdict != 'unreachable'", (host,)).fetchone()
+                              "n.verdict IN (%s)" % _PLACES, (host,) + PASSING).fetchone()
         return row[0] if row else None
 
     def latest_versions(self, since_ts):
@@ -542,33 +548,42 @@ class History:
         return [r[0] for r in self.db.execute("SELECT name FROM hosts ORDER BY name")]
 
     def fleet_summary(self, now=None, stale_days=2.0):
-        """One row per host: its newest run (verdict, when, playbook), its newest good run, and whether it is stale."""
+        """One row per host: its newest run (verdict, when, playbook), its newest passing run (pass_ts: what the
+        default gate lets through, findings.PASSING; never merely a run it answered), and whether it is stale (not
+        reached for stale_days: seen_ts is its newest reachable run)."""
         now = now or time.time()
         out = []
         for row in self.db.execute(
                 "SELECT h.name, n.verdict, n.ts, r.run_id, r.playbook, n.gpu_count, n.codes, "
-                "(SELECT MAX(n2.ts) FROM node_runs n2 WHERE n2.host = h.id AND n2.reachable = 1) AS good_ts "
+                "(SELECT MAX(n2.ts) FROM node_runs n2 WHERE n2.host = h.id AND n2.verdict IN (%s)) AS pass_ts, "
+                "(SELECT MAX(n4.ts) FROM node_runs n4 WHERE n4.host = h.id AND n4.reachable = 1) AS seen_ts "
                 "FROM hosts h JOIN node_runs n ON n.id = (SELECT n3.id FROM node_runs n3 WHERE n3.host = h.id "
-                "ORDER BY n3.ts DESC LIMIT 1) JOIN runs r ON r.id = n.run ORDER BY h.name"):
+                "ORDER BY n3.ts DESC LIMIT 1) JOIN runs r ON r.id = n.run ORDER BY h.name" % _PLACES, PASSING):
             item = dict(row)
-            item["stale"] = item["good_ts"] is None or now - item["good_ts"] >= stale_days * 86400.0
+            item["stale"] = item["seen_ts"] is None or now - item["seen_ts"] >= stale_days * 86400.0
             out.append(item)
         return out
 
     def failure_observations(self, days, now=None, max_gap_days=2.0, incident_s=3600.0):
-        """The fleet's own interruption rate for the checkpoint plan (plugin_utils/cadence.py): {failures,
-        gpu_hours, window_days}, or None before any GPU-hour is known. GPU-hours: each host's GPUs times the time
-        between its consecutive runs in the window, a gap capped at max_gap_days (an unaudited week is not known
-        to have been up). Failures: incidents that stop a job, i.e. a GPU's critical XIDs (one incident per hour
-        per GPU: a burst is one failure) and a host that went from reachable to unreachable."""
+        """The fleet's own interruption rate for the checkpoint plan (plugin_utils/cadence.py, `gpufleet plan`):
+        {failures, gpu_hours, window_days}, or None before any GPU-hour is known. The one definition of an
+        interruption (docs/training.md), counted in production only, i.e. between audits (PRODUCTION_PLAYBOOKS; a
+        burn-in or preflight provokes faults before production, and its reruns must not change the plan):
+        GPU-hours: each host's GPUs times the time between its consecutive audits in the window, a gap capped at
+        max_gap_days (an unaudited week is not known to have been up). Failures: incidents that stop a job, i.e. an
+        XID that interrupts a job (xid_policy.interrupts_job: critical and not contained; one incident per hour per
+        GPU: a burst is one failure) logged in that time, and a host that went from reachable to unreachable."""
         now = now or time.time()
         since = now - days * 86400.0
         gpu_hours = 0.0
         failures = 0
         first = None
         previous = {}
+        production = ", ".join("?" * len(PRODUCTION_PLAYBOOKS))
         for host, ts, gpus, reachable in self.db.execute(
-                "SELECT host, ts, gpu_count, reachable FROM node_runs WHERE ts >= ? ORDER BY host, ts", (since,)):
+                "SELECT n.host, n.ts, n.gpu_count, n.reachable FROM node_runs n JOIN runs r ON r.id = n.run "
+                "WHERE n.ts >= ? AND r.playbook IN (%s) ORDER BY n.host, n.ts" % production,
+                (since,) + PRODUCTION_PLAYBOOKS):
             first = ts if first is None else min(first, ts)
             last = previous.get(host)
             if last is not None:
@@ -576,9 +591,12 @@ class History:
                 failures += 1 if last[2] and not reachable else 0
             previous[host] = (ts, gpus if reachable else last[1] if last else gpus, reachable)
         incidents = set()
-        for host, gpu, pci, ts in self.db.execute(
-                "SELECT host, gpu, pci, ts FROM xid_events WHERE severity = 'critical' AND ts >= ? ORDER BY ts",
-                (since,)):
+        for host, gpu, pci, ts, xid, severity in self.db.execute(
+                "SELECT e.host, e.gpu, e.pci, e.ts, e.xid, e.severity FROM xid_events e JOIN runs r ON r.id = e.run "
+                "WHERE e.ts >= ? AND r.playbook IN (%s) ORDER BY e.ts" % production,
+                (max(since, first or now),) + PRODUCTION_PLAYBOOKS):
+            if not interrupts_job(xid, severity):
+                continue
             key = (host, gpu if gpu is not None else pci)
             if not any((key, bucket) in incidents for bucket in (int(ts // incident_s) - 1, int(ts // incident_s))):
                 incidents.add((key, int(ts // incident_s)))

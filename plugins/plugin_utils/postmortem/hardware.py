@@ -18,11 +18,12 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_xid
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
-# judge_xid's code -> the issue's kind (postmortem_schema.json); XID_OTHER is "other", or "application" when NVIDIA's
-# immediate action says the GPU is fine (restart the application, or ignore) and the judge only warns.
+# judge_xid's code -> the issue's kind (postmortem_schema.json); XID_CRITICAL and XID_WARNING are "other", or
+# "application" when NVIDIA's immediate action says the GPU is fine (restart the application, or ignore) and the
+# judge only warns.
 KIND = {"PSU_RAIL_LOSS": "psu_rail", "GPU_GROUP_LOST": "gpu_group", "GPU_LOST": "gpu_lost",
-        "GPU_UNDERPOWERED": "gpu_lost", "XID_RMA": "rma", "ECC_LEAK": "ecc", "XID_OTHER": "other",
-        "CHECK_ERROR": "other"}
+        "GPU_UNDERPOWERED": "gpu_lost", "XID_RMA": "rma", "ECC_LEAK": "ecc", "XID_CRITICAL": "other",
+        "XID_WARNING": "other", "CHECK_ERROR": "other"}
 GROUP_CODES = ("PSU_RAIL_LOSS", "GPU_GROUP_LOST")
 APPLICATION_BUCKETS = ("RESTART_APP", "IGNORE")
 # How strongly an issue explains a hang (the verdict blames the heaviest issue on a rank's GPU; 2+ is serious).

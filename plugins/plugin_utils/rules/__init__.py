@@ -14,6 +14,9 @@ outranks "could not run": it carries evidence and a concrete action, while error
 
 from __future__ import annotations
 
+from collections import namedtuple
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import lines, rank, worst
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import resolve
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
     burn,
@@ -32,35 +35,29 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.node import Node
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import read_result, schema_errors
 
-SEVERITY_ORDER = ("pass", "warn", "error", "fail", "unreachable")
 # Findings made here rather than by a judge: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
     "CONFIG_INVALID": ("error", "an inventory threshold of the wrong type (the default is used meanwhile)"),
     "RESULT_INVALID": ("error", "a result that does not match its module's schema; the message names the key"),
     "RULE_ERROR": ("error", "a rule crashed on this node's data (a bug: report it with report.json)"),
 }
-_RANK = {v: i for i, v in enumerate(SEVERITY_ORDER)}
 
-# Registered results: gpufleet_result_<module> -> the rules file that judges it. Order matters: the GPU table and
-# the samples come before the checks that name GPUs.
+# A finding that says a tool every other reading depends on failed -> the codes that, on that node, follow from it.
+# They become evidence under it (one headline naming the tool and its fix), never findings of their own: a GPU table
+# nvidia-smi could not read is no reason to reseat risers, and an all_reduce run on the one GPU the stage could count
+# measures nothing between GPUs.
+CONSEQUENCES = {
+    "GPU_FACTS_UNREADABLE": ("GPU_MISSING", "NCCL_BUSBW_LOW", "NCCL_NO_FIGURE", "NVLINK_UNREADABLE", "SAMPLES_MISSING",
+                             "SAMPLES_NOT_UNDER_LOAD", "DCGM_NOT_RUN"),
+}
+
+# Registered results: gpufleet_result_<module> -> the rules file that judges it (the pipeline below orders them).
 CHECKS = (("health_snapshot", snapshot), ("gpu_sample", samples), ("gpu_burn", burn), ("dcgm_diag", dcgm),
           ("nccl_test", nccl), ("checkpoint_storage", storage), ("training_env_facts", env), ("train_dryrun", dryrun))
 # Registered results that carry facts judged elsewhere (the GPU table, the XID reads) or the run's own record.
 _OTHER_RESULTS = ("gpu_facts", "xid_facts", "run", "nvlink_facts")
 _FACT_KEYS = ("gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_driver_version", "gpufleet_gpu_problems",
               "gpufleet_pci_gpus")
-
-
-def worst(verdicts, default="pass"):
-    best = default
-    for verdict in verdicts:
-        if _RANK.get(verdict, _RANK["error"]) > _RANK.get(best, 0):
-            best = verdict if verdict in _RANK else "error"
-    return best
-
-
-def rank(verdict):
-    return _RANK.get(verdict, _RANK["error"])
 
 
 def _results(hv):
@@ -104,6 +101,7 @@ def _check_state(node, name, state, reason):
         # The stage's own reason (disabled by a variable, refused for a busy GPU, check mode), never Ansible's
         # "Conditional result was False".
         node.set_check(name, "skipped", ["not run: %s" % reason])
+        node.not_run.add(name)
     elif state == "invalid":
         _invalid(node, name, reason)
         node.set_check(name, "error", [reason])
@@ -125,6 +123,108 @@ def _guard(node, name, rule):
             [repr(exc)], check=name)
 
 
+class Rule(namedtuple("Rule", "name reads writes run")):
+    """One step of a node's judgement: what it reads (inputs of the node, or what earlier rules wrote), what it writes
+    (into the context; "findings" for a rule that adds findings), and run(node, ctx). The order of the steps follows
+    from reads and writes (ordered()), never from where a rule happens to be written."""
+
+
+# What the pipeline starts from: the host's variables, its registered results (and those read through the schema
+# door), the GPU table's facts, the XID reads.
+INPUTS = ("hv", "results", "read", "facts", "xid_reads", "in_play_hosts")
+# What a rule's output is before it runs (or when it crashed: RULE_ERROR): the next ones still judge.
+CTX_DEFAULTS = {"lost": [], "interconnect": None, "reachable": True, "stage": None}
+
+
+def _problem_sources(ctx):
+    sources = [("gpu_facts", (ctx["facts"] or {}).get("gpufleet_gpu_problems"))]
+    return sources + [(n, (ctx["read"].get(n) or {}).get("problems")) for n in ("gpu_sample", "gpu_burn")]
+
+
+def _gpu_table(node, ctx):
+    if ctx["facts"]:
+        health.read_gpus(node, ctx["facts"])
+    node.table_gpus = set(node.gpus)
+
+
+def _lost(node, ctx):
+    ctx["lost"] = xid.lost_entries(ctx["xid_reads"], _problem_sources(ctx))
+
+
+def _gpu_facts(node, ctx):
+    if ctx["facts"]:
+        # In an audit a busy GPU is production work, not a finding.
+        audit = _mapping(ctx["results"].get("health_snapshot")).get("mode") == "audit"
+        health.apply(node, ctx["facts"], [e.get("pci") for e in ctx["lost"] if e.get("pci")],
+                     busy_is_finding=not audit)
+
+
+def _nvlink(node, ctx):
+    # Two reads of a facts module, like the XIDs; the interconnect it finds is NCCL's reference's.
+    ctx["interconnect"] = nvlink.apply(node, ctx["hv"])
+
+
+def _check(name, rule, reads=()):
+    def run(node, ctx):
+        data = ctx["read"].get(name)
+        if data is not None:
+            rule.apply(node, data, **dict((key, ctx[key]) for key in reads))
+    return Rule(name, ("read", "gpu_table") + tuple(reads), ("findings",), run)
+
+
+def _sample_coverage(node, ctx):
+    # The samples were taken beside a load when the burn did work: a GPU never seen loaded is then unchecked.
+    burn, data = ctx["read"].get("gpu_burn") or {}, ctx["read"].get("gpu_sample")
+    loaded = bool(burn.get("frames")) and any((g.get("processed") or 0) > 0 for g in burn.get("gpus") or [])
+    if data is not None and loaded:
+        lost = [e.get("pci") or e.get("index") for e in ctx["lost"] if e.get("pci") or e.get("index") is not None]
+        samples.coverage(node, data, lost)
+
+
+def _reach(node, ctx):
+    ctx["reachable"], ctx["stage"] = reach.apply(node, ctx["hv"], ctx["results"], ctx["in_play_hosts"])
+
+
+PIPELINE = [
+    Rule("gpu_table", ("facts",), ("gpu_table",), _gpu_table),
+    Rule("lost", ("xid_reads", "facts", "read"), ("lost",), _lost),
+    Rule("xid_facts", ("xid_reads", "facts", "read", "gpu_table"), ("findings",),
+         lambda node, ctx: xid.apply(node, ctx["xid_reads"], _problem_sources(ctx))),
+    Rule("gpu_facts", ("facts", "results", "gpu_table", "lost"), ("findings",), _gpu_facts),
+    Rule("nvlink", ("hv", "gpu_table"), ("findings", "interconnect"), _nvlink),
+    Rule(samples.COVERAGE, ("read", "lost"), ("findings",), _sample_coverage),
+    Rule("reach", ("hv", "results", "in_play_hosts"), ("findings", "reachable", "stage"), _reach),
+    # Last: it reads every finding (a tool's failure and what follows from it on the node).
+    Rule("consequences", ("findings",), ("folded",), lambda node, ctx: _fold_consequences(node)),
+] + [_check(name, rule, ("interconnect",) if rule is nccl else ()) for name, rule in CHECKS]
+
+
+def ordered(rules):
+    """The rules in an order where each runs after every rule that writes what it reads (declaration order breaks
+    ties). ValueError for what no rule writes and no input gives, and for a cycle."""
+    writers = {}
+    for rule in rules:
+        for key in rule.writes:
+            writers.setdefault(key, []).append(rule.name)
+    after = {}
+    for rule in rules:
+        for key in rule.reads:
+            if key not in INPUTS and key not in writers:
+                raise ValueError("rule %s reads %s, which no rule writes" % (rule.name, key))
+        after[rule.name] = {w for key in rule.reads for w in writers.get(key, ()) if w != rule.name}
+    out, done = [], set()
+    while len(out) < len(rules):
+        ready = [r for r in rules if r.name not in done and after[r.name] <= done]
+        if not ready:
+            raise ValueError("the rules %s wait on each other" % ", ".join(r.name for r in rules if r.name not in done))
+        out.append(ready[0])
+        done.add(ready[0].name)
+    return out
+
+
+ORDER = ordered(PIPELINE)
+
+
 def evaluate_node(host, hv, in_play_hosts=None):
     """One host's gpufleet_* variables and facts (plain data) -> the report's node dict. Never raises."""
     hv = hv if isinstance(hv, dict) else {}
@@ -135,8 +235,6 @@ def evaluate_node(host, hv, in_play_hosts=None):
                  check="config")
     results = _results(hv)
     facts, xid_reads = _facts(node, hv)
-    if facts:
-        health.read_gpus(node, facts)
     read = {}
     for name, _rule in CHECKS:
         if name in results:
@@ -146,32 +244,30 @@ def evaluate_node(host, hv, in_play_hosts=None):
     for name in sorted(set(results) - {n for n, _ in CHECKS} - set(_OTHER_RESULTS)):
         _invalid(node, name, "gpufleet_result_%s is not a result this collection knows (known: %s)" % (
             name, ", ".join(n for n, _ in CHECKS)))
-
-    problem_sources = [("gpu_facts", (facts or {}).get("gpufleet_gpu_problems"))]
-    problem_sources += [(n, (read.get(n) or {}).get("problems")) for n in ("gpu_sample", "gpu_burn")]
-    lost = xid.lost_entries(xid_reads, problem_sources)
-    _guard(node, "xid_facts", lambda: xid.apply(node, xid_reads, problem_sources))
-    if facts:
-        # In an audit a busy GPU is production work, not a finding.
-        audit = _mapping(results.get("health_snapshot")).get("mode") == "audit"
-        _guard(node, "gpu_facts", lambda: health.apply(node, facts, [e.get("pci") for e in lost if e.get("pci")],
-                                                       busy_is_finding=not audit))
-    # NVLink and fabric (two reads of a facts module, like the XIDs); before the checks: NCCL's reference needs it.
-    _guard(node, "nvlink", lambda: nvlink.apply(node, hv))
-    # The samples were taken beside a load when the burn did work: a GPU never seen loaded is then unchecked.
-    burn = read.get("gpu_burn") or {}
-    loaded = bool(burn.get("frames")) and any((g.get("processed") or 0) > 0 for g in burn.get("gpus") or [])
-    lost_gpus = [e.get("pci") or e.get("index") for e in lost if e.get("pci") or e.get("index") is not None]
-    for name, rule in CHECKS:
-        if read.get(name) is None:
-            continue
-        if rule is samples:
-            _guard(node, name, lambda data=read[name]: samples.apply(node, data, loaded, lost_gpus))
-        else:
-            _guard(node, name, lambda rule=rule, data=read[name]: rule.apply(node, data))
-    reachable, stage = reach.apply(node, hv, results, in_play_hosts)
+    ctx = dict(CTX_DEFAULTS, hv=hv, results=results, read=read, facts=facts, xid_reads=xid_reads,
+               in_play_hosts=in_play_hosts)
+    for rule in ORDER:
+        _guard(node, rule.name, lambda rule=rule: rule.run(node, ctx))
     _check_verdicts(node)
-    return _finish(node, reachable, stage)
+    return _finish(node, ctx["reachable"], ctx["stage"])
+
+
+def _fold_consequences(node):
+    """Findings that follow from a tool's failure (CONSEQUENCES) become the evidence of that failure; their checks
+    are error (not judged: their input was unknown), and the GPUs the tool could not read are unknown (error)."""
+    for cause, codes in CONSEQUENCES.items():
+        head = next((f for f in node.findings if f["code"] == cause), None)
+        if head is None:
+            continue
+        folded = [f for f in node.findings if f["code"] in codes]
+        head["evidence"] = lines(head["evidence"] + ["consequence, not a finding of its own: %s (%s): %s" % (
+            f["code"], f["check"], f["message"]) for f in folded], 40)
+        node.findings = [f for f in node.findings if f["code"] not in codes]
+        for name in sorted({f["check"] for f in folded}):
+            node.set_check(name, "error", ["not judged: %s" % head["message"]],
+                           (node.checks.get(name) or {}).get("figures"))
+        if cause == "GPU_FACTS_UNREADABLE":
+            node.unknown_gpus = set(node.gpus) - node.table_gpus
 
 
 def _check_verdicts(node):
@@ -196,8 +292,9 @@ def _finish(node, reachable, stage):
     for index in sorted(node.gpus):
         gpu = node.gpus[index]
         own = [f for f in findings if f["gpu"] == index]
+        unknown = ["error"] if index in node.unknown_gpus else []  # not in the GPU table nvidia-smi failed to give
         gpus.append({"index": index, "pci": gpu.get("pci"), "serial": gpu.get("serial"), "name": gpu.get("name"),
-                     "uuid": gpu.get("uuid"), "verdict": worst(f["severity"] for f in own),
+                     "uuid": gpu.get("uuid"), "verdict": worst([f["severity"] for f in own] + unknown),
                      "findings": own, "metrics": gpu["metrics"]})
     verdict = "unreachable" if not reachable else worst(f["severity"] for f in findings)
     worst_finding = findings[0] if findings else None
@@ -209,6 +306,7 @@ def _finish(node, reachable, stage):
         "verdict": verdict,
         "stage": stage,
         "reachable": reachable,
+        "skipped": sorted(name for name in node.not_run if node.checks[name]["verdict"] == "skipped"),
         "worst": worst_finding,
         "action": worst_finding["action"] if worst_finding else None,
         "gpus": gpus,

@@ -14,12 +14,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_baseline, judge_drift, judge_trend
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import rank, worst
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_trend import DAY_S
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.records import node_record
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import ident_of
 
-_RANK = {v: i for i, v in enumerate(("pass", "warn", "error", "fail", "unreachable"))}
 # Counters whose change since the previous run is worth a line (gpu_runs column -> words).
 COUNTER_CHANGES = (("ecc_corr_agg", "corrected ECC (lifetime)"), ("ecc_corr_vol", "corrected ECC (volatile)"),
                    ("ecc_uncorr_agg", "uncorrected ECC (lifetime)"), ("ecc_uncorr_vol", "uncorrected ECC (volatile)"),
@@ -34,14 +34,6 @@ def iso(ts):
     return datetime.fromtimestamp(ts, timezone.utc).replace(microsecond=0).isoformat() if ts is not None else None
 
 
-def _worst(verdicts, default="pass"):
-    best = default
-    for verdict in verdicts:
-        if _RANK.get(verdict, _RANK["error"]) > _RANK.get(best, 0):
-            best = verdict if verdict in _RANK else "error"
-    return best
-
-
 def add_findings(node, check, findings, figures=None):
     """Add a check's findings to a judged report node and recompute its verdicts (node, GPUs, worst, action)."""
     by_index = {g["index"]: g for g in node.get("gpus") or []}
@@ -52,14 +44,14 @@ def add_findings(node, check, findings, figures=None):
         node["findings"].append(f)
         if f.get("gpu") in by_index:
             by_index[f["gpu"]]["findings"].append(f)
-    verdict = _worst((f["severity"] for f in findings), "pass")
+    verdict = worst((f["severity"] for f in findings), "pass")
     node["checks"][check] = {"verdict": "error" if verdict == "unreachable" else verdict,
                              "reasons": [f["message"] for f in findings][:20], "figures": dict(figures or {})}
-    node["findings"].sort(key=lambda f: -_RANK.get(f["severity"], 2))
-    for gpu in node.get("gpus") or []:
-        gpu["verdict"] = _worst(f["severity"] for f in gpu["findings"])
+    node["findings"].sort(key=lambda f: -rank(f["severity"]))
+    for gpu in node.get("gpus") or []:  # findings only add: a verdict only rises (a GPU left unknown stays so)
+        gpu["verdict"] = worst([gpu["verdict"]] + [f["severity"] for f in findings if f.get("gpu") == gpu["index"]])
     if node["verdict"] != "unreachable":
-        node["verdict"] = _worst(f["severity"] for f in node["findings"])
+        node["verdict"] = worst(f["severity"] for f in node["findings"])
         node["worst"] = node["findings"][0] if node["findings"] else None
         node["action"] = node["worst"]["action"] if node["worst"] else None
 
@@ -81,7 +73,7 @@ def _trend_input(history, node, rec, t):
                      "samples": past + [row], "xid92_ts": sorted(events.values())})
     return {"now_ts": now, "gpus": gpus,
             "node": {"reachable": bool(node.get("reachable")),
-                     "last_good_ts": history.last_good(rec["host"]) if history else None}}
+                     "last_pass_ts": history.last_pass(rec["host"]) if history else None}}
 
 
 def _drift_peers(history, records, rec, t):

@@ -9,9 +9,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_nccl
 MODULE = "nccl_test"
 
 
-def apply(node, data):
+def apply(node, data, interconnect=None):
+    """interconnect: what the NVLink read found (the pipeline runs rules/nvlink.py first: NCCL reads it)."""
     names = node.gpu_names()
-    topology = getattr(node, "interconnect", None)  # from the NVLink read (rules/nvlink.py), None when not read
+    topology = interconnect
     findings = judge_nccl.judge(data, node.t, node.host, gpu_names=names, sources=node.sources, topology=topology)
     node.judged(MODULE, findings, judge_nccl.figures(data, node.t, names, node.sources, topology),
                 data.get("not_run"), data)

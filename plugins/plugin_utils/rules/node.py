@@ -28,8 +28,13 @@ class Node:
         self.pci_index = {}
         self.series = {}
         self.timeline = []
-        # How the GPUs reach each other (nvswitch, nvlink, pcie, mixed; rules/nvlink.py): NCCL's reference depends on it.
-        self.interconnect = None
+        # GPUs of nvidia-smi's table (indexes), and those known only from other results when that table could not be
+        # read: their verdict is unknown (error), never pass.
+        self.table_gpus = set()
+        self.unknown_gpus = set()
+        # Checks whose stage did not run (switched off, refused, check mode): not a pass (report.json's `skipped`);
+        # a check that ran and found itself not applicable (no NVLink on a PCIe node) is not one of them.
+        self.not_run = set()
 
     # GPUs are known by index (nvidia-smi's, PCI bus order) and joined to every other source by PCI address.
     def gpu(self, index=None, pci=None):

@@ -48,7 +48,8 @@ def _registered_state(registered):
 
 
 def apply(node, hv):
-    """Judge the node's NVLink reads (nothing happens when the run took none)."""
+    """Judge the node's NVLink reads (nothing happens when the run took none). Returns the node's interconnect
+    (nvswitch, nvlink, pcie, mixed), None when not read."""
     before_reg = hv.get("gpufleet_nvlink_before")
     after_reg = hv.get("gpufleet_result_%s" % MODULE)
     if before_reg is None and after_reg is None:
@@ -77,16 +78,17 @@ def apply(node, hv):
     skip = judge_nvlink.not_applicable(read)
     if skip and after is None and after_state == "skipped":
         skip = after_reason
-    node.interconnect = read.get("interconnect")
     findings = judge_nvlink.judge(read, node.t, node.host, baseline=baseline)
     figures = judge_nvlink.figures(read, node.t, baseline=baseline)
     _gpu_metrics(node, read, baseline)
     node.judged(CHECK, findings, figures, skip)
+    return read.get("interconnect")
 
 
 def _state(node, state, reason):
     if state == "skipped":
         node.set_check(CHECK, "skipped", ["not run: %s" % reason])
+        node.not_run.add(CHECK)
     else:
         node.add("error", "CHECK_ERROR", "%s: the NVLink read could not run: %s" % (node.host, reason),
                  "make nvlink_facts runnable on %s (see the reason), then rerun; no result is not a pass" % node.host,

@@ -62,10 +62,10 @@ def apply(node, hv, results, in_play_hosts):
     for failure in hv.get("gpufleet_stage_failures") or []:
         result = results.get(failure.get("result")) if isinstance(failure, dict) else None
         if isinstance(result, dict) and "verdict" in result:
-            # The check returned its result, then a later task of its stage failed: both are shown.
-            node.add("error", "STAGE_ERROR", "%s: %s" % (node.host, failure.get("msg")),
-                     "fix what the message names on %s, then rerun" % node.host, [failure.get("msg")],
-                     check=failure.get("result"))
+            # The check returned its result, then a later task of its stage failed: both are shown, the failure as
+            # the run's (the check's verdict stays its judge's, the one the module gave on the node).
+            node.add("error", "STAGE_ERROR", "%s: after %s: %s" % (node.host, failure.get("result"), failure.get("msg")),
+                     "fix what the message names on %s, then rerun" % node.host, [failure.get("msg")], check="run")
     stopped = hv.get("gpufleet_result_run")
     if isinstance(stopped, dict) and stopped.get("msg"):
         # The node answered: a stage failed (an invalid value, a bug). Its earlier results stay judged.

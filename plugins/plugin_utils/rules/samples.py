@@ -8,13 +8,14 @@ from __future__ import annotations
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_samples
 
 MODULE = "gpu_sample"
+COVERAGE = "sample_coverage"
 _METRICS = {"max_temperature_c": "temperature_max_c", "seconds_above_limit_s": "seconds_above_temp_limit_s",
             "max_power_w": "power_max_w", "pcie_gen_under_load": "pcie_gen_under_load",
             "pcie_width_under_load": "pcie_width_under_load"}
 
 
-def apply(node, data, loaded_expected=False, lost=()):
-    findings = judge_samples.judge(data, node.t, node.host, loaded_expected, lost)
+def apply(node, data):
+    findings = judge_samples.judge(data, node.t, node.host)
     per, series = judge_samples.figures(data, node.t)
     for fig in per:
         index = fig["index"] if fig["index"] is not None else node.index_of(fig["pci"])
@@ -30,3 +31,9 @@ def apply(node, data, loaded_expected=False, lost=()):
         node.series["temperature_limit_c"] = node.t["gpufleet_temp_max_c"]
     node.judged(MODULE, findings, {"samples": len(data.get("samples") or []),
                                    "stopped_early": 1 if data.get("stopped_early") else 0}, data.get("not_run"), data)
+
+
+def coverage(node, data, lost=()):
+    """The samples beside a burn that did work: each GPU seen under load at least once (check sample_coverage, the
+    report's own: the sampler cannot see the burn's result)."""
+    node.judged(COVERAGE, judge_samples.coverage(data, node.t, node.host, lost))

@@ -137,3 +137,30 @@ def test_check_mode(standin):
     result = run_module("nccl_test", {"executable": str(tool.path)}, check_mode=True, env={"PATH": SAFE_PATH})
     assert result["verdict"] == "skipped" and "check mode" in result["reasons"][0] and not tool.ran
     assert result["tool"]["argv"][-2:] == ["-g", "<all visible GPUs>"]
+
+
+def test_the_node_s_verdict_is_the_report_s_with_the_same_thresholds_and_interconnect(standin):
+    """The stage gives the module every threshold the report judges NCCL with and the node's interconnect: an H100
+    node whose GPUs talk over PCIe has no built-in floor (the 370 GB/s reference is an NVSwitch figure), so both say
+    warn (on main the module got one threshold of three and no interconnect: fail on the node, warn in the report)."""
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.node_verdict import thresholds_for
+
+    tool = standin("all_reduce_perf", "nccl", "h100_8gpu_ok.txt")
+    inventory = {"gpufleet_nccl_min_busbw_fraction": 0.95}
+    t, errors = thresholds_for("nccl_test", inventory)
+    assert not errors and set(t) == set(judge_nccl.THRESHOLDS)
+    names = ["NVIDIA H100 PCIe"] * 8
+    for interconnect, verdict in (("pcie", "warn"), ("nvswitch", "pass")):
+        result = run_module("nccl_test", {"executable": str(tool.path), "gpus_per_process": 8, "thresholds": t,
+                                          "interconnect": interconnect, "gpu_names": names})
+        report = judge_nccl.judge(result, t, HOST, gpu_names=names, topology=interconnect)
+        assert result["verdict"] == verdict == (max((f["severity"] for f in report), default="pass")), result
+    # a site reference given only to the filter reaches the module: 377.71 GB/s < 420 x 0.95 = 399 GB/s
+    t["gpufleet_nccl_reference_busbw_gbps"] = {"H100": 420.0}
+    result = run_module("nccl_test", {"executable": str(tool.path), "gpus_per_process": 8, "thresholds": t,
+                                      "interconnect": "nvswitch", "gpu_names": names})
+    assert result["verdict"] == "fail" and "< 399.0 GB/s" in result["reasons"][0]
+    bad = run_module("nccl_test", {"executable": str(tool.path), "thresholds": {"gpufleet_nccl_min_busbw_fraction": 3}})
+    assert bad.get("failed") and "gpufleet_nccl_min_busbw_fraction" in bad["msg"]
+    bad = run_module("nccl_test", {"executable": str(tool.path), "thresholds": {"gpufleet_nccl_floor": 3}})
+    assert bad.get("failed") and "gpufleet_nccl_floor" in bad["msg"]

@@ -23,14 +23,14 @@ DAY = 86400.0
 T0 = 1.8e9
 
 
-def node(host, ts, verdict="pass", ecc=0, gpus=2, xids=(), driver="570.133.20"):
+def node(host, ts, verdict="pass", ecc=0, gpus=2, xids=(), driver="570.133.20", xid=92, severity="warning"):
     return {"host": host, "ts": ts, "verdict": verdict, "reachable": 1, "stage": "done", "grp": "H100",
             "driver": driver, "dcgm": "4.2.3", "kernel": "6.1", "bios": "2.1", "board_serial": "B1", "product": "P",
             "gpu_count": gpus, "codes": None, "figures": {"nccl_busbw_gbps": 360.0}, "versions": {"driver": driver},
             "gpus": [{"pci": "0000:%02x:00" % (i + 16), "idx": i, "uuid": "GPU-%s-%d" % (host, i), "serial": None,
                       "name": "H100", "verdict": verdict, "ts": ts, "ecc_corr_agg": ecc * (i == 1)}
                      for i in range(gpus)],
-            "xids": [{"pci": "0000:11:00", "xid": 92, "ts": x, "severity": "critical", "digest": "d%s" % x}
+            "xids": [{"pci": "0000:11:00", "xid": xid, "ts": x, "severity": severity, "digest": "d%s" % x}
                      for x in xids],
             "baselines": [], "doc": None}
 
@@ -49,7 +49,7 @@ def test_a_run_is_written_and_read_back_by_gpu_identity(tmp_path):
         assert [r["ecc_corr_agg"] for r in h.gpu_series(gpu_id)] == [0, 10, 20]
         assert h.xid_events(gpu_id, [92]) == [(T0 + d, "d%s" % (T0 + d)) for d in range(3)]
         assert [n["run_id"] for n in h.node_runs("n1")] == ["r2", "r1", "r0"]
-        assert h.last_good("n1") == T0 + 2 * DAY
+        assert h.last_pass("n1") == T0 + 2 * DAY
         # the same run recorded again replaces itself
         h.record(run("r2", T0 + 2 * DAY), [node("n1", T0 + 2 * DAY, ecc=99)])
         assert [r["ecc_corr_agg"] for r in h.gpu_series(gpu_id)] == [0, 10, 99]
@@ -203,6 +203,20 @@ def test_export_csv_and_json(tmp_path):
         store.export_text(path, "xml")
 
 
+def test_last_pass_is_the_newest_passing_run_not_the_newest_reachable_one(tmp_path):
+    """An operator reads "last pass" as the last run the node passed: a node that answered but failed every run
+    since has not passed since (on main "last good" was the newest reachable run, failing or not)."""
+    with History(tmp_path / store.FILE_NAME) as h:
+        h.record(run("r0", T0), [node("n1", T0), node("n2", T0, verdict="warn")])
+        for day in (1, 2, 3):
+            h.record(run("r%d" % day, T0 + day * DAY), [node("n1", T0 + day * DAY, verdict="fail"),
+                                                       node("n2", T0 + day * DAY, verdict="error")])
+        assert h.last_pass("n1") == T0 and h.last_pass("n2") == T0, "warn passes the default gate"
+        summary = {s["name"]: s for s in h.fleet_summary(now=T0 + 3 * DAY + 60)}
+        assert summary["n1"]["pass_ts"] == T0 and summary["n1"]["verdict"] == "fail"
+        assert summary["n1"]["stale"] is False, "reached every night: failing, not stale"
+
+
 def test_fleet_summary_marks_a_node_never_reached_as_stale(tmp_path):
     with History(tmp_path / store.FILE_NAME) as h:
         dead = dict(node("dead", T0, verdict="unreachable", gpus=0), reachable=0)
@@ -212,8 +226,8 @@ def test_fleet_summary_marks_a_node_never_reached_as_stale(tmp_path):
 
 
 def test_failure_observations_for_the_checkpoint_plan(tmp_path):
-    """GPU-hours between each host's runs (a gap capped at two days), a burst of critical XIDs on one GPU is one
-    failure, a host that became unreachable is one; the package function reads the same file read-only."""
+    """GPU-hours between each host's audits (a gap capped at two days), a burst of XIDs that interrupt a job on one
+    GPU is one failure, a host that became unreachable is one; the package function reads the same file read-only."""
     from ansible_collections.kentino.gpufleet.plugins.plugin_utils import history as history_pkg
 
     path = store.default_path(tmp_path)
@@ -221,7 +235,8 @@ def test_failure_observations_for_the_checkpoint_plan(tmp_path):
         assert h.failure_observations(30, now=T0 + 10 * DAY) is None  # nothing known yet
         for day in range(4):  # nightly audits of a 2-GPU host, days 0-3
             burst = (T0 + 2.5 * DAY, T0 + 2.5 * DAY + 60, T0 + 2.5 * DAY + 600) if day == 3 else ()
-            h.record(run("r%d" % day, T0 + day * DAY), [node("a", T0 + day * DAY, xids=burst)])
+            h.record(run("r%d" % day, T0 + day * DAY), [node("a", T0 + day * DAY, xids=burst, xid=48,
+                                                             severity="critical")])
         h.record(run("r9", T0 + 9 * DAY), [node("a", T0 + 9 * DAY)])  # after a week unaudited: counts 2 days
         h.record(run("r1b", T0 + 1 * DAY + 1), [dict(node("b", T0 + 1 * DAY + 1, gpus=8), reachable=1)])
         h.record(run("r2b", T0 + 2 * DAY + 1), [dict(node("b", T0 + 2 * DAY + 1, gpus=8), reachable=0,
@@ -230,3 +245,27 @@ def test_failure_observations_for_the_checkpoint_plan(tmp_path):
     assert obs == {"failures": 2, "gpu_hours": round(2 * 24 * 5 + 8 * 24, 1), "window_days": 10.0}
     assert history_pkg.failure_observations(str(tmp_path), 30) is not None
     assert history_pkg.failure_observations(str(tmp_path / "none"), 30) is None
+
+
+def test_one_definition_of_an_interruption_contained_xids_and_burn_ins_are_not(tmp_path):
+    """docs/training.md: an interruption is an XID the policy rates critical and the driver did not contain (not XID
+    92's single-bit ECC, not XID 63's remap record), or a node lost, in production (between audits). On main every
+    critical event counted, burn-ins included: a leaking GPU's XID 92s tripled the checkpoint cadence, and two
+    identical demo burn-ins changed the advice."""
+    with History(tmp_path / store.FILE_NAME) as h:
+        for day in range(4):  # nightly audits of a node whose GPU leaks: XID 92 (warning), XID 63 (contained)
+            events = [T0 + (day - 1) * DAY + 3600] if day else []
+            xid, severity = (92, "warning") if day % 2 else (63, "critical")
+            h.record(run("a%d" % day, T0 + day * DAY), [node("leak", T0 + day * DAY, xids=events, xid=xid,
+                                                             severity=severity)])
+        obs = h.failure_observations(30, now=T0 + 4 * DAY)
+        assert obs["failures"] == 0 and obs["gpu_hours"] == 2 * 24 * 3
+        # burn-ins (two identical demo runs, their faults included) are not production: nothing changes
+        for i in (0, 1):
+            h.record(run("burn%d" % i, T0 + 3.5 * DAY + i, playbook="burn_in"),
+                     [node("demo", T0 + 3.5 * DAY + i, xids=[T0 + 3.5 * DAY + i], xid=79, severity="critical")])
+        assert h.failure_observations(30, now=T0 + 4 * DAY) == obs
+        # a GPU lost in production is one
+        h.record(run("a9", T0 + 4 * DAY), [node("leak", T0 + 4 * DAY, xids=[T0 + 3.9 * DAY], xid=79,
+                                                severity="critical")])
+        assert h.failure_observations(30, now=T0 + 4 * DAY)["failures"] == 1

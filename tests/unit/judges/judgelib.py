@@ -52,6 +52,21 @@ def only(findings, code):
     return found[0]
 
 
+def door(module, data, judge):
+    """What the fleet report does with a result (rules/reading.py): a result its module's JSON Schema refuses is a
+    RESULT_INVALID error and never reaches the judge (returns None); one the schema accepts is judged, and a judge
+    that raises on it has a bug this test shows (the exception propagates). `judge` is a callable of the data; a
+    result that is not a mapping at all goes to the judge's own door (one CHECK_ERROR)."""
+    if isinstance(data, dict):
+        candidate = dict(data)
+        if module != "gpu_facts":
+            for key, value in module_fields([], data.get("not_run")).items():
+                candidate.setdefault(key, value)
+        if schema_errors(module, candidate):
+            return None
+    return judge(data)
+
+
 def assert_schema(module, observations, findings):
     """The observations a test builds are what the module returns: they match its schema once judged."""
     result = dict(observations)

@@ -63,14 +63,17 @@ def test_complete_fills_missing_thresholds_and_treats_none_as_unset():
     assert t["extra"] == 1 and judge_common.complete(None) == DEFAULTS
 
 
-def test_the_door_turns_a_bad_shape_into_an_error_finding_and_lets_real_bugs_be_seen():
+def test_the_door_refuses_what_is_not_a_mapping_and_never_disguises_a_judge_s_bug():
+    """The shape is the schema's to check (rules/reading.py, before the judge); the door only refuses a result that is
+    not a mapping at all. A TypeError inside a judge is a bug in the judge: it is raised, not reported as
+    unreadable input (on main it came back as CHECK_ERROR "could not be judged: TypeError")."""
     @judge_common.judge_door("demo")
     def judge(result, t, host):
         return [F.finding("warn", "DEMO", "%s: %s" % (host, result["x"] + t["gpufleet_temp_max_c"]), "act")]
 
     assert judge({"x": 1.0}, {}, HOST)[0]["message"] == "node01: 86.0", "thresholds completed from the defaults"
-    (f,) = check_shape(judge({"x": "one"}, {}, HOST))
-    assert f["code"] == "CHECK_ERROR" and "the demo result could not be judged: TypeError" in f["message"]
+    with pytest.raises(TypeError):
+        judge({"x": "one"}, {}, HOST)
     (f,) = check_shape(judge(["x"], {}, HOST))
     assert "it is list, not a mapping" in f["message"]
 

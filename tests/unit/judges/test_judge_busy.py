@@ -3,7 +3,7 @@
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_busy
 from hypothesis import given, settings
-from judgelib import GARBAGE, HOST, check_shape, codes, only, set_path, thresholds
+from judgelib import GARBAGE, HOST, check_shape, codes, door, only, set_path, thresholds
 
 
 def gpus(*processes):
@@ -46,8 +46,12 @@ def test_the_node_refusal_uses_the_same_predicate():
 
 @pytest.mark.parametrize("bad", [None, {}, "x", 5, [None], ["x"], [{"processes": "x"}], [{"processes": [None]}],
                                  [{"index": "0", "pci": 5, "processes": [{"pid": None, "name": None}]}]])
-def test_bad_input_never_raises(bad):
-    check_shape(judge_busy.judge(bad, {}, HOST))
+def test_bad_input_is_refused_at_the_door(bad):
+    """The busy judge reads gpu_facts' gpufleet_gpus: its schema is the door."""
+    if isinstance(bad, list):
+        door("gpu_facts", {"gpufleet_gpus": bad}, lambda data: check_shape(judge_busy.judge(bad, {}, HOST)))
+    else:
+        check_shape(judge_busy.judge(bad, {}, HOST))
 
 
 def test_a_process_without_a_name_still_makes_the_gpu_busy():
@@ -57,5 +61,8 @@ def test_a_process_without_a_name_still_makes_the_gpu_busy():
 
 @settings(max_examples=200, deadline=None)
 @given(GARBAGE)
-def test_fuzz_never_raises(data):
-    check_shape(judge_busy.judge(data, thresholds(), HOST))
+def test_fuzz_is_refused_or_judged(data):
+    if isinstance(data, list):
+        door("gpu_facts", {"gpufleet_gpus": data}, lambda d: check_shape(judge_busy.judge(data, thresholds(), HOST)))
+    else:
+        check_shape(judge_busy.judge(data, thresholds(), HOST))

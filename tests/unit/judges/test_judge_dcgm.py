@@ -3,7 +3,19 @@
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dcgm
 from hypothesis import given, settings
-from judgelib import BAD_TOP, GARBAGE, HOST, TOOL_OK, assert_schema, check_shape, codes, only, set_path, thresholds
+from judgelib import (
+    BAD_TOP,
+    GARBAGE,
+    HOST,
+    TOOL_OK,
+    assert_schema,
+    check_shape,
+    codes,
+    door,
+    only,
+    set_path,
+    thresholds,
+)
 
 
 def _test(key, statuses, category="Hardware", warnings=None):
@@ -140,9 +152,9 @@ def test_tool_that_could_not_run_is_check_error():
 
 
 @pytest.mark.parametrize("bad", BAD_TOP)
-def test_bad_input_is_an_error_finding_never_an_exception(bad):
-    findings = check_shape(judge_dcgm.judge(bad, {}, HOST))
-    assert findings and all(f["severity"] == "error" for f in findings)
+def test_bad_input_is_refused_at_the_door(bad):
+    findings = door("dcgm_diag", bad, lambda data: check_shape(judge_dcgm.judge(data, {}, HOST)))
+    assert findings is None or (findings and all(f["severity"] == "error" for f in findings))
 
 
 @pytest.mark.parametrize("path, value", [
@@ -150,14 +162,14 @@ def test_bad_input_is_an_error_finding_never_an_exception(bad):
     (("tests", 3, "name"), None), (("messages",), {"a": 1}), (("problems",), [{"kind": "json"}]),
     (("tests", 0, "gpus", 0, "warnings"), 5), (("tool", "rc"), "205"),
 ])
-def test_values_of_the_wrong_type_never_raise(path, value):
+def test_values_of_the_wrong_type_are_refused_or_judged(path, value):
     result = healthy()
     result["tests"][3] = _test("diagnostic", ["fail", "fail"], warnings={0: [ECC]})
     result["format"] = None if path[0] in ("messages", "problems") else result["format"]
-    check_shape(judge(set_path(result, path, value)))
+    door("dcgm_diag", set_path(result, path, value), lambda data: check_shape(judge(data)))
 
 
 @settings(max_examples=200, deadline=None)
 @given(GARBAGE)
-def test_fuzz_never_raises(data):
-    check_shape(judge_dcgm.judge(data, thresholds(), HOST))
+def test_fuzz_is_refused_or_judged(data):
+    door("dcgm_diag", data, lambda d: check_shape(judge_dcgm.judge(d, thresholds(), HOST)))

@@ -2,8 +2,9 @@
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_env
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import resolve
 from hypothesis import given, settings
-from judgelib import BAD_TOP, GARBAGE, HOST, assert_schema, check_shape, codes, only, set_path, thresholds
+from judgelib import BAD_TOP, GARBAGE, HOST, assert_schema, check_shape, codes, door, only, set_path, thresholds
 
 GOOD = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}
 
@@ -108,25 +109,31 @@ def test_unreadable_login_shell_is_an_error_not_a_pass():
 
 
 @pytest.mark.parametrize("bad", BAD_TOP)
-def test_bad_input_never_raises(bad):
-    findings = check_shape(judge_env.judge(bad, {}, HOST))
-    assert findings and all(f["severity"] == "error" for f in findings), "no data is no claim"
+def test_bad_input_is_refused_at_the_door(bad):
+    findings = door("training_env_facts", bad, lambda data: check_shape(judge_env.judge(data, {}, HOST)))
+    assert findings is None or (findings and all(f["severity"] == "error" for f in findings)), "no data is no claim"
 
 
 @pytest.mark.parametrize("path, value", [
     (("variables", 0), None), (("variables", 0, "name"), None), (("variables", 0, "login_shell"), 1),
     (("variables",), "x"), (("sources",), None), (("sources", "login_shell"), "yes"), (("user",), None),
 ])
-def test_values_of_the_wrong_type_never_raise(path, value):
-    check_shape(judge(set_path(healthy(), path, value)))
+def test_values_of_the_wrong_type_are_refused_or_judged(path, value):
+    door("training_env_facts", set_path(healthy(), path, value), lambda data: check_shape(judge(data)))
 
 
-def test_expected_of_the_wrong_type_never_raises():
-    check_shape(judge(healthy(), gpufleet_env_expected={"TORCH_NCCL_TRACE_BUFFER_SIZE": 20000}))
-    check_shape(judge(healthy(), gpufleet_env_expected="TORCH_NCCL_ASYNC_ERROR_HANDLING=1"))
+def test_expected_of_the_wrong_type_is_read_by_the_thresholds_door():
+    """Inventory values reach the judge through thresholds.resolve: a number becomes its text, a string where a
+    mapping belongs is refused (the default is used, the report says CONFIG_INVALID)."""
+    t, _sources, errors = resolve({"gpufleet_env_expected": {"TORCH_NCCL_TRACE_BUFFER_SIZE": 20000}}, HOST)
+    assert not errors and t["gpufleet_env_expected"] == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}
+    check_shape(judge(healthy(), **t))
+    t, _sources, errors = resolve({"gpufleet_env_expected": "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"}, HOST)
+    assert errors
+    check_shape(judge(healthy(), **t))
 
 
 @settings(max_examples=200, deadline=None)
 @given(GARBAGE)
-def test_fuzz_never_raises(data):
-    check_shape(judge_env.judge(data, thresholds(), HOST))
+def test_fuzz_is_refused_or_judged(data):
+    door("training_env_facts", data, lambda d: check_shape(judge_env.judge(d, thresholds(), HOST)))

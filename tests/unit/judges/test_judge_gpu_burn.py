@@ -3,7 +3,19 @@
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn
 from hypothesis import given, settings
-from judgelib import BAD_TOP, GARBAGE, HOST, TOOL_OK, assert_schema, check_shape, codes, only, set_path, thresholds
+from judgelib import (
+    BAD_TOP,
+    GARBAGE,
+    HOST,
+    TOOL_OK,
+    assert_schema,
+    check_shape,
+    codes,
+    door,
+    only,
+    set_path,
+    thresholds,
+)
 
 FRAME = "100.0%  proc'd: 2670 (7122 Gflop/s) - 2670 (7085 Gflop/s)   errors: 0 - 0   temps: 63 C - 66 C"
 PCI = ["0000:18:00", "0000:2a:00"]
@@ -125,23 +137,23 @@ def test_no_thresholds_apply():
 
 
 @pytest.mark.parametrize("bad", BAD_TOP)
-def test_bad_input_is_an_error_finding_never_an_exception(bad):
-    findings = check_shape(judge_gpu_burn.judge(bad, {}, HOST, expected_gpus=2))
-    assert findings and all(f["severity"] == "error" for f in findings)
+def test_bad_input_is_refused_at_the_door(bad):
+    findings = door("gpu_burn", bad, lambda data: check_shape(judge_gpu_burn.judge(data, {}, HOST, expected_gpus=2)))
+    assert findings is None or (findings and all(f["severity"] == "error" for f in findings))
 
 
 @pytest.mark.parametrize("path, value", [
     (("gpus", 0), None), (("gpus", 0, "status"), None), (("gpus",), "x"), (("frames",), "10"),
     (("init_failures",), 7), (("tested_gpus",), "2"), (("gpus", 1, "errors"), None), (("gpus", 1, "cuda_index"), "1"),
 ])
-def test_values_of_the_wrong_type_never_raise(path, value):
+def test_values_of_the_wrong_type_are_refused_or_judged(path, value):
     result = set_path(healthy(), ("gpus", 1, "status"), "faulty")
-    check_shape(judge(set_path(result, path, value)))
-    judge_gpu_burn.figures(set_path(result, path, value))
+    door("gpu_burn", set_path(result, path, value),
+         lambda data: (check_shape(judge(data)), judge_gpu_burn.figures(data)))
 
 
 @settings(max_examples=200, deadline=None)
 @given(GARBAGE)
-def test_fuzz_never_raises(data):
-    check_shape(judge_gpu_burn.judge(data, thresholds(), HOST, expected_gpus=2))
-    judge_gpu_burn.figures(data)
+def test_fuzz_is_refused_or_judged(data):
+    door("gpu_burn", data, lambda d: (check_shape(judge_gpu_burn.judge(d, thresholds(), HOST, expected_gpus=2)),
+                                      judge_gpu_burn.figures(d)))

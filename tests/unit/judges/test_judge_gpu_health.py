@@ -4,7 +4,7 @@ import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_health
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import schema_errors
 from hypothesis import given, settings
-from judgelib import BAD_TOP, GARBAGE, HOST, check_shape, codes, only, set_path, thresholds
+from judgelib import BAD_TOP, GARBAGE, HOST, check_shape, codes, door, only, set_path, thresholds
 
 PCI = ["0000:18:00", "0000:2a:00", "0000:3a:00", "0000:5d:00"]
 
@@ -96,8 +96,8 @@ def test_unreadable_nvidia_smi_is_an_error_not_healthy():
 
 
 @pytest.mark.parametrize("bad", BAD_TOP)
-def test_bad_input_never_raises(bad):
-    check_shape(judge_gpu_health.judge(bad, {}, HOST))
+def test_bad_input_is_refused_at_the_door(bad):
+    door("gpu_facts", bad, lambda data: check_shape(judge_gpu_health.judge(data, {}, HOST)))
 
 
 @pytest.mark.parametrize("path, value", [
@@ -105,11 +105,11 @@ def test_bad_input_never_raises(bad):
     (("gpufleet_gpus", 0, "retired_pages_sbe"), "60"), (("gpufleet_gpus",), "x"), (("gpufleet_pci_gpus",), 4),
     (("gpufleet_gpu_problems",), [{"kind": "tool_error"}]), (("gpufleet_gpus", 1, "remapped_rows_uncorrectable"), []),
 ])
-def test_values_of_the_wrong_type_never_raise(path, value):
-    check_shape(judge(set_path(healthy(), path, value)))
+def test_values_of_the_wrong_type_are_refused_or_judged(path, value):
+    door("gpu_facts", set_path(healthy(), path, value), lambda data: check_shape(judge(data)))
 
 
 @settings(max_examples=200, deadline=None)
 @given(GARBAGE)
-def test_fuzz_never_raises(data):
-    check_shape(judge_gpu_health.judge(data, thresholds(), HOST, ["0000:3a:00"]))
+def test_fuzz_is_refused_or_judged(data):
+    door("gpu_facts", data, lambda d: check_shape(judge_gpu_health.judge(d, thresholds(), HOST, ["0000:3a:00"])))

@@ -3,7 +3,19 @@
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_nccl
 from hypothesis import given, settings
-from judgelib import BAD_TOP, GARBAGE, HOST, TOOL_OK, assert_schema, check_shape, codes, only, set_path, thresholds
+from judgelib import (
+    BAD_TOP,
+    GARBAGE,
+    HOST,
+    TOOL_OK,
+    assert_schema,
+    check_shape,
+    codes,
+    door,
+    only,
+    set_path,
+    thresholds,
+)
 
 GIB = 1 << 30
 
@@ -161,26 +173,27 @@ def test_figures_show_the_measured_figure_and_the_floor():
 
 
 @pytest.mark.parametrize("bad", BAD_TOP)
-def test_bad_input_is_an_error_finding_never_an_exception(bad):
-    findings = check_shape(judge_nccl.judge(bad, thresholds(), HOST))
-    assert findings and all(f["severity"] == "error" for f in findings), "no data is no claim"
-    assert judge_nccl.judge(bad, {}, HOST) == findings, "missing thresholds fall back to the defaults"
-    judge_nccl.figures(bad, {})
+def test_bad_input_is_refused_at_the_door(bad):
+    findings = door("nccl_test", bad, lambda data: check_shape(judge_nccl.judge(data, thresholds(), HOST)))
+    assert findings is None or (findings and all(f["severity"] == "error" for f in findings)), "no data is no claim"
+    if findings is not None:
+        assert judge_nccl.judge(bad, {}, HOST) == findings, "missing thresholds fall back to the defaults"
+        judge_nccl.figures(bad, {})
 
 
 @pytest.mark.parametrize("path, value", [
     (("rows", 0), None), (("rows", 2, "size_bytes"), None), (("rows",), "x"), (("gpus",), 5), (("gpus", 0), "x"),
     (("header",), []), (("peak_busbw_gbps",), "fast"), (("failures",), 3), (("tool",), None), (("tool", "rc"), "0"),
 ])
-def test_values_of_the_wrong_type_never_raise(path, value):
-    check_shape(judge(set_path(healthy(), path, value)))
+def test_values_of_the_wrong_type_are_refused_or_judged(path, value):
+    door("nccl_test", set_path(healthy(), path, value), lambda data: check_shape(judge(data)))
 
 
 @settings(max_examples=200, deadline=None)
 @given(GARBAGE)
-def test_fuzz_never_raises(data):
-    check_shape(judge_nccl.judge(data, thresholds(), HOST))
-    judge_nccl.figures(data, thresholds())
+def test_fuzz_is_refused_or_judged(data):
+    door("nccl_test", data, lambda d: (check_shape(judge_nccl.judge(d, thresholds(), HOST)),
+                                       judge_nccl.figures(d, thresholds())))
 
 
 def test_the_reference_applies_to_the_interconnect_it_was_measured_on():

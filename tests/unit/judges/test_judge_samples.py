@@ -3,7 +3,7 @@
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_samples
 from hypothesis import given, settings
-from judgelib import BAD_TOP, GARBAGE, HOST, assert_schema, check_shape, codes, only, set_path, thresholds
+from judgelib import BAD_TOP, GARBAGE, HOST, assert_schema, check_shape, codes, door, only, set_path, thresholds
 
 
 def _row(index=0, temp=70, util=100, gen=5, width=16, reasons=(), ecc=0):
@@ -120,10 +120,11 @@ def test_gpus_are_known_by_pci_address_not_position():
 
 
 @pytest.mark.parametrize("bad", BAD_TOP)
-def test_bad_input_never_raises(bad):
-    findings = check_shape(judge_samples.judge(bad, {}, HOST))
-    assert findings and all(f["severity"] == "error" for f in findings), "no data is no claim"
-    assert judge_samples.figures(bad, {}) == ([], {})
+def test_bad_input_is_refused_at_the_door(bad):
+    findings = door("gpu_sample", bad, lambda data: check_shape(judge_samples.judge(data, {}, HOST)))
+    assert findings is None or (findings and all(f["severity"] == "error" for f in findings)), "no data is no claim"
+    if not isinstance(bad, dict):
+        assert judge_samples.figures(bad, {}) == ([], {})
 
 
 @pytest.mark.parametrize("path, value", [
@@ -132,16 +133,16 @@ def test_bad_input_never_raises(bad):
     (("samples", 1, "gpus", 0, "throttle_reasons"), 5), (("samples", 1, "gpus", 0, "ecc_volatile_corrected"), "3"),
     (("interval_s",), "5"),
 ])
-def test_values_of_the_wrong_type_never_raise(path, value):
-    check_shape(judge(set_path(healthy(), path, value)))
-    judge_samples.figures(set_path(healthy(), path, value), thresholds())
+def test_values_of_the_wrong_type_are_refused_or_judged(path, value):
+    door("gpu_sample", set_path(healthy(), path, value),
+         lambda data: (check_shape(judge(data)), judge_samples.figures(data, thresholds())))
 
 
 @settings(max_examples=200, deadline=None)
 @given(GARBAGE)
-def test_fuzz_never_raises(data):
-    check_shape(judge_samples.judge(data, thresholds(), HOST))
-    judge_samples.figures(data, thresholds())
+def test_fuzz_is_refused_or_judged(data):
+    door("gpu_sample", data, lambda d: (check_shape(judge_samples.judge(d, thresholds(), HOST)),
+                                        judge_samples.figures(d, thresholds())))
 
 
 def test_a_gpu_never_sampled_loaded_is_unchecked_unless_it_was_lost():
@@ -150,10 +151,10 @@ def test_a_gpu_never_sampled_loaded_is_unchecked_unless_it_was_lost():
     test fleet: the same node's report differed between two runs), and its loss is the finding."""
     idle = series([[_row(0, util=0), _row(1, util=0)] for _ in range(5)])
     t = thresholds()
-    unchecked = judge_samples.judge(idle, t, HOST, loaded_expected=True)
+    unchecked = judge_samples.coverage(idle, t, HOST)
     assert [(f["code"], f["gpu"]) for f in unchecked] == [("SAMPLES_NOT_UNDER_LOAD", 0), ("SAMPLES_NOT_UNDER_LOAD", 1)]
-    assert judge_samples.judge(idle, t, HOST) == []  # no load ran: nothing expected
-    by_pci = judge_samples.judge(idle, t, HOST, loaded_expected=True, lost=["0000:19:00.0"])
+    assert judge_samples.judge(idle, t, HOST) == []  # the sampler alone cannot know a load ran: the report checks
+    by_pci = judge_samples.coverage(idle, t, HOST, lost=["0000:19:00.0"])
     assert [(f["code"], f["gpu"]) for f in by_pci] == [("SAMPLES_NOT_UNDER_LOAD", 0)]
-    by_index = judge_samples.judge(idle, t, HOST, loaded_expected=True, lost=[0])
+    by_index = judge_samples.coverage(idle, t, HOST, lost=[0])
     assert [(f["code"], f["gpu"]) for f in by_index] == [("SAMPLES_NOT_UNDER_LOAD", 1)]

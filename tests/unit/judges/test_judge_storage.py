@@ -4,7 +4,7 @@ health) against the job's figures and the thresholds; bad input."""
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_storage
 from hypothesis import given, settings
-from judgelib import BAD_TOP, GARBAGE, HOST, assert_schema, check_shape, codes, only, set_path, thresholds
+from judgelib import BAD_TOP, GARBAGE, HOST, assert_schema, check_shape, codes, door, only, set_path, thresholds
 
 STATVFS = "statvfs /ckpt: f_bavail=1 f_frsize=4096 f_favail=50000 f_files=100000"
 
@@ -143,11 +143,12 @@ def test_wear_threshold_and_unreadable_health():
 
 
 @pytest.mark.parametrize("bad", BAD_TOP)
-def test_bad_input_never_raises(bad):
-    findings = check_shape(judge_storage.judge(bad, {}, HOST))
-    assert findings and all(f["severity"] == "error" for f in findings), "no data is no claim, never a fail"
-    assert set(judge_storage.figures(bad)) == {"estimated_checkpoint_s", "overhead_pct", "worst_case_lost_min",
-                                               "write_mb_per_s"}
+def test_bad_input_is_refused_at_the_door(bad):
+    findings = door("checkpoint_storage", bad, lambda data: check_shape(judge_storage.judge(data, {}, HOST)))
+    assert findings is None or (findings and all(f["severity"] == "error" for f in findings)), "never a fail"
+    if not isinstance(bad, dict):
+        assert set(judge_storage.figures(bad)) == {"estimated_checkpoint_s", "overhead_pct", "worst_case_lost_min",
+                                                   "write_mb_per_s"}
 
 
 @pytest.mark.parametrize("path, value", [
@@ -155,14 +156,13 @@ def test_bad_input_never_raises(bad):
     (("devices", 0, "health"), "x"), (("write_test", "errno"), 13), (("path",), "x"), (("mount",), "ro"),
     (("job", "interval_min"), 0),
 ])
-def test_values_of_the_wrong_type_never_raise(path, value):
-    result = set_path(healthy(free_gb=1.0), path, value)
-    check_shape(judge(result))
-    judge_storage.figures(result)
+def test_values_of_the_wrong_type_are_refused_or_judged(path, value):
+    door("checkpoint_storage", set_path(healthy(free_gb=1.0), path, value),
+         lambda data: (check_shape(judge(data)), judge_storage.figures(data)))
 
 
 @settings(max_examples=200, deadline=None)
 @given(GARBAGE)
-def test_fuzz_never_raises(data):
-    check_shape(judge_storage.judge(data, thresholds(), HOST))
-    judge_storage.figures(data)
+def test_fuzz_is_refused_or_judged(data):
+    door("checkpoint_storage", data, lambda d: (check_shape(judge_storage.judge(d, thresholds(), HOST)),
+                                                judge_storage.figures(d)))

@@ -3,8 +3,9 @@ driver could not initialise; the timeline; bad input."""
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_xid
+from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import resolve
 from hypothesis import given, settings
-from judgelib import BAD_TOP, GARBAGE, HOST, check_shape, codes, only, thresholds
+from judgelib import BAD_TOP, GARBAGE, HOST, check_shape, codes, door, only, thresholds
 
 PCI = ["0000:18:00", "0000:2a:00", "0000:3a:00", "0000:5d:00", "0000:9a:00", "0000:ab:00", "0000:ba:00", "0000:db:00"]
 GPUS = dict((pci, i) for i, pci in enumerate(PCI))
@@ -43,7 +44,7 @@ def test_xid_79_is_a_lost_gpu_blamed_on_the_riser_first():
 
 
 def test_lost_xids_are_a_threshold():
-    assert codes(judge([xid(79, 2)], gpufleet_lost_xids=[])[0]) == [("XID_OTHER", 2)]
+    assert codes(judge([xid(79, 2)], gpufleet_lost_xids=[])[0]) == [("XID_CRITICAL", 2)]
 
 
 def test_lost_gpu_from_nvidia_smi_without_an_xid_and_its_index_from_bus_order():
@@ -101,17 +102,34 @@ def test_rma_xids(code):
 
 
 def test_rma_and_leak_xids_are_thresholds_and_grouped_per_gpu():
-    assert codes(judge([xid(63, 1)], gpufleet_rma_xids=[48])[0]) == [("XID_OTHER", 1)]
+    assert codes(judge([xid(63, 1)], gpufleet_rma_xids=[48])[0]) == [("XID_CRITICAL", 1)]
     f = only(judge([xid(92, 3, 1.0), xid(92, 3, 2.0)])[0], "ECC_LEAK")
     assert (f["severity"], f["gpu"]) == ("warn", 3) and "2 single-bit ECC XID(s) 92" in f["message"]
-    assert codes(judge([xid(92, 3)], gpufleet_ecc_leak_xids=[])[0]) == [("XID_OTHER", 3)]
+    assert codes(judge([xid(92, 3)], gpufleet_ecc_leak_xids=[])[0]) == [("XID_WARNING", 3)]
 
 
-@pytest.mark.parametrize("event, severity", [
-    (xid(95, 0), "fail"), (xid(13, 0), "warn"), (xid(9999, 0), "warn")])
-def test_other_catalogued_xids_by_catalog_severity(event, severity):
-    f = only(judge([event])[0], "XID_OTHER")
+@pytest.mark.parametrize("event, code, severity", [
+    (xid(95, 0), "XID_CRITICAL", "fail"), (xid(13, 0), "XID_WARNING", "warn"), (xid(9999, 0), "XID_WARNING", "warn")])
+def test_other_catalogued_xids_by_catalog_severity(event, code, severity):
+    f = only(judge([event])[0], code)
     assert f["severity"] == severity and "NVIDIA XID catalog, XID %d" % event["xid"] in f["action"]
+
+
+@pytest.mark.parametrize("status, code, severity", [("Nonfatal", "XID_WARNING", "warn"),
+                                                    ("Fatal", "XID_CRITICAL", "fail")])
+def test_xid_145_follows_the_line_s_own_severity(status, code, severity):
+    """XID 145 is critical in the catalog and refined per line: a Nonfatal NVLink5 error warns (and tickets), a Fatal
+    one fails (and pages); the policy, not the code, decides."""
+    event = xid(145, 0, details={"nvlink": {"unit": "RLW_REMAP", "fatal": status == "Fatal"}})
+    f = only(judge([event])[0], code)
+    assert f["severity"] == severity and ("severity %s" % ("critical" if severity == "fail" else "warning")) in f["message"]
+
+
+def test_a_site_override_moves_a_listed_code_to_the_finding_of_its_severity():
+    """A site that rates XID 63 a warning gets a warning, not XID_RMA's fail; one that pages on XID 92 gets a fail."""
+    assert codes(judge([xid(63, 1)], gpufleet_xid_severity_overrides={"63": "warning"})[0]) == [("XID_WARNING", 1)]
+    assert codes(judge([xid(92, 1)], gpufleet_xid_severity_overrides={"92": "critical"})[0]) == [("XID_CRITICAL", 1)]
+    assert judge([xid(48, 1)], gpufleet_xid_severity_overrides={"48": "info"})[0] == []
 
 
 def test_info_xids_and_consequences_are_timeline_only():
@@ -125,7 +143,7 @@ def test_info_xids_and_consequences_are_timeline_only():
 
 def test_site_severity_overrides():
     assert judge([xid(13, 0)], gpufleet_xid_severity_overrides={"13": "info"})[0] == []
-    f = only(judge([xid(13, 0)], gpufleet_xid_severity_overrides={13: "critical"})[0], "XID_OTHER")
+    f = only(judge([xid(13, 0)], gpufleet_xid_severity_overrides={13: "critical"})[0], "XID_CRITICAL")
     assert f["severity"] == "fail"
 
 
@@ -158,23 +176,35 @@ def test_bad_input_never_raises(bad):
     {"xid": 154, "pci": PCI[0], "details": {"recovery_action_to": None}}, {"xid": 13, "details": "x"},
     {"xid": 79, "time": "not a time"},
 ])
-def test_events_of_the_wrong_shape_never_raise_nor_hide_the_others(event):
-    findings, _ = judge_xid.judge([event, xid(79, 1)], [None, {"pci": PCI[3], "time_s": "noon"}, lost(2)],
-                                  thresholds(), HOST, GPUS)
-    found = codes(findings)
-    assert ("GPU_LOST", 1) in found and ("GPU_LOST", 2) in found and ("GPU_LOST", 3) in found
-    unread = only(findings, "CHECK_ERROR")
-    assert "could not be read (the others are judged)" in unread["message"] and "lost GPU None" in \
-        " ".join(unread["evidence"])
+def test_events_of_the_wrong_shape_are_refused_at_the_door_or_judged(event):
+    """An XID read whose events do not match xid_facts' schema is refused (RESULT_INVALID) before the judge; one the
+    schema accepts is judged beside the others, never raising."""
+    read = {"events": [event, xid(79, 1)], "lost_gpus": []}
+    found = door("xid_facts", read, lambda data: codes(judge_xid.judge(data["events"], [lost(2)], thresholds(),
+                                                                        HOST, GPUS)[0]))
+    assert found is None or (("GPU_LOST", 1) in found and ("GPU_LOST", 2) in found)
 
 
-def test_overrides_of_the_wrong_type_are_an_error_finding():
-    findings, _ = judge_xid.judge([xid(13, 0)], [], thresholds(gpufleet_xid_severity_overrides={"x": "info"}), HOST)
-    assert codes(findings) == [("CHECK_ERROR", None)]
+def test_lost_entries_that_are_not_mappings_are_said_and_the_others_judged():
+    findings, _ = judge_xid.judge([xid(79, 1)], [None, lost(2)], thresholds(), HOST, GPUS)
+    assert ("GPU_LOST", 1) in codes(findings) and ("GPU_LOST", 2) in codes(findings)
+    assert "lost GPU None is not a mapping" in " ".join(only(findings, "CHECK_ERROR")["evidence"])
+
+
+def test_overrides_of_the_wrong_type_are_refused_with_the_thresholds():
+    """The inventory's overrides are checked where every threshold is (thresholds.resolve: the run guard refuses
+    them before the run, the report says CONFIG_INVALID): the judge never sees them."""
+    _t, _sources, errors = resolve({"gpufleet_xid_severity_overrides": {"x": "info"}}, HOST)
+    assert errors and "gpufleet_xid_severity_overrides" in errors[0]
+    _t, _sources, errors = resolve({"gpufleet_xid_severity_overrides": {"13": "fatal"}}, HOST)
+    assert errors
+    t, _sources, errors = resolve({"gpufleet_xid_severity_overrides": {"13": "critical"}}, HOST)
+    assert not errors and t["gpufleet_xid_severity_overrides"] == {"13": "critical"}
 
 
 @settings(max_examples=200, deadline=None)
-@given(GARBAGE, GARBAGE)
-def test_fuzz_never_raises(events, lost_gpus):
-    check_shape(judge_xid.judge(events, lost_gpus, thresholds(), HOST, GPUS)[0])
-    check_shape(judge_xid.judge_init_failures(events, HOST, GPUS))
+@given(GARBAGE)
+def test_fuzz_is_refused_or_judged(events):
+    door("xid_facts", {"events": events, "lost_gpus": []},
+         lambda data: (check_shape(judge_xid.judge(data["events"], [], thresholds(), HOST, GPUS)[0]),
+                       check_shape(judge_xid.judge_init_failures(data.get("init_failures"), HOST, GPUS))))

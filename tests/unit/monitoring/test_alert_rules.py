@@ -59,29 +59,28 @@ def test_the_shipped_rules_are_generated_from_the_catalog():
     assert res.returncode == 0, res.stderr
 
 
-def test_the_critical_code_list_follows_the_catalog(tmp_path):
-    sys.path.insert(0, str(REPO / "hack"))
-    try:
-        import gen_alert_rules
-    finally:
-        sys.path.remove(str(REPO / "hack"))
-    from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import CATALOG
-    codes = gen_alert_rules.critical_codes()
-    assert {48, 63, 64, 79} <= set(codes)
-    assert 92 not in codes  # pages only on a rising rate
-    assert all(CATALOG[c][5] == "critical" for c in codes)
-    assert {c for c, e in CATALOG.items() if e[5] == "critical"} - {92} == set(codes)
-    # a drift is caught: a rules file for another catalog differs from the shipped one
+def test_the_xid_alerts_select_on_the_watcher_s_severity_never_on_codes(tmp_path):
+    """The watcher writes the XID policy's severity; the alerts read it (on main they matched a regex of the catalog's
+    critical codes, so a Nonfatal XID 145 paged while the report warned, and a site's override changed the report
+    only)."""
+    doc = yaml.safe_load(RULES.read_text())
+    xid_rules = [r for r in doc["groups"][0]["rules"] if r["alert"] in ("GpuXidCritical", "GpuXidWarning")
+                 and r["labels"].get("cause") in ("critical_code", "warning_code")]
+    assert {r["alert"]: r["labels"]["severity"] for r in xid_rules} == {"GpuXidCritical": "critical",
+                                                                      "GpuXidWarning": "warning"}
+    for rule in xid_rules:
+        assert 'severity=~"' in rule["expr"] and "xid=~" not in rule["expr"], rule["expr"]
+    # a drift is caught: an edited rules file differs from the generated one
     out = tmp_path / "rules.yml"
     assert subprocess.run([sys.executable, str(GEN), "--output", str(out)]).returncode == 0
-    out.write_text(out.read_text().replace("|79|", "|"))
+    out.write_text(out.read_text().replace('severity=~"critical"', 'severity=~"critical|warning"'))
     assert subprocess.run([sys.executable, str(GEN), "--check", "--output", str(out)]).returncode == 1
 
 
 @needs_promtool
 def test_promtool_check_rules_is_clean():
     res = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert res.returncode == 0 and "SUCCESS: 20 rules found" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "SUCCESS: 21 rules found" in res.stdout, res.stdout + res.stderr
 
 
 @needs_promtool
@@ -96,7 +95,7 @@ def test_every_alert_has_severity_summary_and_runbook_section():
         anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
         assert anchor == rule["alert"].lower()
         assert "\n### %s\n" % rule["alert"] in monitoring_md, "docs/monitoring.md has no section for %s" % rule["alert"]
-    assert names == {"GpuXidCritical", "GpuLost", "GpuTemperatureHigh", "GpuEccVolatileIncreasing",
+    assert names == {"GpuXidCritical", "GpuXidWarning", "GpuLost", "GpuTemperatureHigh", "GpuEccVolatileIncreasing",
                      "GpuEccRateAccelerating", "GpuThermalViolation", "GpuRowRemapFailure", "GpuRemapBanksExhausting",
                      "NvmeWearHigh", "CheckpointStorageReadOnly", "CheckpointStorageFull", "GpufleetWatcherStale",
                      "NodeExporterTextfileError", "FabricManagerDown", "GpuFabricIncomplete", "GpuNvlinkDown",
@@ -116,21 +115,33 @@ def test_the_scrape_config_is_valid_and_matches_the_rules(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def xid_ts(xid, at_s, n=80):
-    return series("gpufleet_xid_last_event_timestamp_seconds", {"pci": PCI, "xid": str(xid)}, "%dx%d" % (at_s, n))
+def xid_ts(xid, at_s, n=80, severity="critical"):
+    return series("gpufleet_xid_last_event_timestamp_seconds", {"pci": PCI, "xid": str(xid), "severity": severity},
+                  "%dx%d" % (at_s, n))
 
 
 @needs_promtool
-def test_gpu_xid_critical(tmp_path):
+def test_gpu_xid_critical_and_warning_follow_the_watcher_s_severity(tmp_path):
     labels = dict(NODE, severity="critical", cause="critical_code", pci=PCI, xid="79", gpu="3", uuid="GPU-abc")
+    ticket = dict(NODE, severity="warning", cause="warning_code", pci=PCI, gpu="3", uuid="GPU-abc")
     run_promtool(tmp_path, without_annotations(), [
         {"interval": "1m", "input_series": [xid_ts(79, 300), {"series": INFO, "values": "1x80"}],
          "alert_rule_test": [alert("GpuXidCritical", "10m", labels),
                              alert("GpuXidCritical", "64m", labels),  # 3540 s after the event
-                             silent("GpuXidCritical", "65m")]},     # 3600 s: no longer within the hour
-        # a code the catalog does not mark critical, and XID 92 alone: silent
-        {"interval": "1m", "input_series": [xid_ts(13, 300), xid_ts(92, 300), {"series": INFO, "values": "1x80"}],
-         "alert_rule_test": [silent("GpuXidCritical", "10m")]},
+                             silent("GpuXidCritical", "65m"),       # 3600 s: no longer within the hour
+                             silent("GpuXidWarning", "10m")]},
+        # what the policy rates warning (an XID 13, XID 92 alone, a Nonfatal XID 145) or unknown: a ticket, no page
+        {"interval": "1m", "input_series": [xid_ts(13, 300, severity="warning"), xid_ts(92, 300, severity="warning"),
+                                            xid_ts(145, 300, severity="warning"), xid_ts(999, 300, severity="unknown"),
+                                            {"series": INFO, "values": "1x80"}],
+         "alert_rule_test": [silent("GpuXidCritical", "10m"),
+                             alert("GpuXidWarning", "10m", *[dict(ticket, xid=x) for x in ("13", "145", "92", "999")])]},
+        # the same code rated critical (a Fatal 145, or a site's override): the page
+        {"interval": "1m", "input_series": [xid_ts(145, 300), {"series": INFO, "values": "1x80"}],
+         "alert_rule_test": [alert("GpuXidCritical", "10m", dict(labels, xid="145")), silent("GpuXidWarning", "10m")]},
+        # info: neither
+        {"interval": "1m", "input_series": [xid_ts(45, 300, severity="info"), {"series": INFO, "values": "1x80"}],
+         "alert_rule_test": [silent("GpuXidCritical", "10m"), silent("GpuXidWarning", "10m")]},
         # a GPU nvidia-smi never listed: still pages, without the index
         {"interval": "1m", "input_series": [xid_ts(48, 300)],
          "alert_rule_test": [alert("GpuXidCritical", "10m", dict(NODE, severity="critical", cause="critical_code",
@@ -161,8 +172,8 @@ def month_of_xid92(daily_from_day=21, hourly_from_hour=27 * 24):
 def test_xid_92_rising_rate_and_ecc_acceleration_over_a_month(tmp_path):
     counts, lasts = month_of_xid92()
     labels92 = {"pci": PCI, "xid": "92"}
-    inputs = [series("gpufleet_xid_events_total", dict(labels92, gpu="3", uuid="GPU-abc", severity="critical"), counts),
-              series("gpufleet_xid_last_event_timestamp_seconds", labels92, lasts),
+    inputs = [series("gpufleet_xid_events_total", dict(labels92, gpu="3", uuid="GPU-abc", severity="warning"), counts),
+              series("gpufleet_xid_last_event_timestamp_seconds", dict(labels92, severity="warning"), lasts),
               {"series": INFO, "values": "1x720"}]
     accel = {"instance": "n1:9100", "pci": PCI, "severity": "warning"}
     page = dict(NODE, severity="critical", cause="xid92_rising", pci=PCI, xid="92", gpu="3", uuid="GPU-abc")

@@ -170,9 +170,9 @@ def test_hardware_findings_and_actions_are_the_fleet_reports():
     assert r["verdict"]["action"] == by_code["GPU_LOST"]["action"]
     issue = [i for i in r["hardware"]["node03"] if i["gpus"] == [2]][0]
     # XID 13: NVIDIA says restart the application: listed, never blamed
-    assert (issue["kind"], issue["code"], issue["action"]) == ("application", "XID_OTHER", by_code["XID_OTHER"]["action"])
-    extra = [f for f in findings.build(r) if f["code"] == "XID_OTHER"]
-    assert len(extra) == 1 and extra[0]["gpu"] == 2 and extra[0]["action"] == by_code["XID_OTHER"]["action"]
+    assert (issue["kind"], issue["code"], issue["action"]) == ("application", "XID_WARNING", by_code["XID_WARNING"]["action"])
+    extra = [f for f in findings.build(r) if f["code"] == "XID_WARNING"]
+    assert len(extra) == 1 and extra[0]["gpu"] == 2 and extra[0]["action"] == by_code["XID_WARNING"]["action"]
 
 
 def test_the_nodes_inventory_thresholds_reach_the_judge():

@@ -247,18 +247,18 @@ def test_a_node_without_the_series_falls_back_to_bars_without_lost_gpus(doc):
 # --- an interrupted run ----------------------------------------------------------------------------------------------
 
 def test_an_interrupted_run_is_marked_in_html_and_markdown(doc):
-    stopped = json.loads(json.dumps(doc))
-    stopped["interrupted"] = True
-    stopped["fail_on"] = "never"
-    stopped["summary"]["gate"] = {"fail_on": "never", "failed": False, "nodes": []}
+    """An interrupted run keeps its gate (on main the report recorded fail_on: never) and never passes it."""
+    stopped = report.build_report(json.loads(json.dumps(doc["nodes"])), doc["run_id"], playbook=doc["playbook"],
+                                  fail_on="warn", interrupted=True)
     assert report.validation_errors(stopped) == []
+    assert stopped["fail_on"] == "warn" and stopped["summary"]["gate"]["failed"] is True
     html = render_html.render(stopped)
     assert 'id="interrupted"' in html and "Interrupted run." in html
     assert "<title>GPU fleet report reading: INTERRUPTED</title>" in html
-    assert "gate not applied (run interrupted)" in html and "gate passed" not in html
+    assert "gate failed: run interrupted (fail_on=warn)" in html and "gate passed" not in html
     md = render_md.render(stopped)
     assert md.startswith("# GPU fleet report reading (INTERRUPTED)")
-    assert "**Interrupted run.**" in md and "Gate: not applied" in md and "Gate (fail_on=never): passed" not in md
+    assert "**Interrupted run.**" in md and "Gate (fail_on=warn): FAILED: the run was interrupted" in md
     table = render_md.summary_table(stopped)
     assert "INTERRUPTED" in table and "passed" not in table
 

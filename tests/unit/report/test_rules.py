@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -206,7 +207,7 @@ def test_counters_just_below_the_limits_pass():
 
 @pytest.mark.parametrize("code,found,severity", [(48, "XID_RMA", "fail"), (63, "XID_RMA", "fail"),
                                                  (92, "ECC_LEAK", "warn"), (79, "GPU_LOST", "fail"),
-                                                 (119, "XID_OTHER", "fail"), (999, "XID_OTHER", "warn")])
+                                                 (119, "XID_CRITICAL", "fail"), (999, "XID_WARNING", "warn")])
 def test_xid_codes(code, found, severity):
     hv = host()
     xid_event(hv, code, gpu=5)
@@ -218,7 +219,7 @@ def test_severity_override_from_the_inventory():
     hv = host()
     xid_event(hv, 119, gpu=1)
     hv["gpufleet_xid_severity_overrides"] = {"119": "info"}
-    assert "XID_OTHER" not in codes(judge(hv))
+    assert "XID_CRITICAL" not in codes(judge(hv))
 
 
 def test_correlated_xid_45_is_on_the_timeline_only():
@@ -265,8 +266,18 @@ def test_unreadable_nvidia_smi_is_an_error_never_a_pass():
         {"kind": "unparsable_output", "pci": None, "index": None,
          "message": "nvidia-smi --query-gpu printed a line that is not a row of the query", "line": "garbage"}])
     node = judge(hv)
-    assert node["verdict"] == "fail"
-    assert "GPU_FACTS_UNREADABLE" in codes(node) and "GPU_MISSING" in codes(node)
+    # The tool failed, not the hardware: one headline naming nvidia-smi and its fix; the GPUs it could not read are
+    # unknown (the burn saw them: error, never pass); "0 of 8 GPUs" is its evidence, not a reason to reseat risers.
+    assert node["verdict"] == "error" and node["worst"]["code"] == "GPU_FACTS_UNREADABLE"
+    assert "fix nvidia-smi on" in node["action"] and "reseat" not in node["action"]
+    assert codes(node) == ["GPU_FACTS_UNREADABLE"], codes(node)
+    assert any("GPU_MISSING" in e for e in node["worst"]["evidence"])
+    assert node["gpus"] and all(g["verdict"] == "error" for g in node["gpus"])
+    assert node["checks"]["gpu_facts"]["verdict"] == "error"
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import history as history_rules
+
+    history_rules.add_findings(node, "trend", [])  # the history's checks, added after: the GPUs stay unknown
+    assert all(g["verdict"] == "error" for g in node["gpus"]) and node["verdict"] == "error"
 
 
 def test_nccl_busbw_below_the_inventory_floor_fails_with_figure_threshold_and_source():
@@ -447,6 +458,24 @@ def test_environment_missing_names_the_variable_and_never_the_deprecated_one():
                                     max_leaves=8)))
 def test_junk_never_raises_and_never_passes_silently(hv):
     node = rules.evaluate_node("junk", hv)
-    assert node["verdict"] in rules.SEVERITY_ORDER
+    assert node["verdict"] in NODE_VERDICTS
     if any(k.startswith("gpufleet_result_") for k in hv) and node["verdict"] == "pass":
         assert all(c["verdict"] in ("pass", "skipped") for c in node["checks"].values())
+
+
+def test_the_rules_are_a_declared_pipeline_whose_order_follows_what_they_read():
+    """Each rule says what it reads and writes; the order follows (on main the NCCL rule silently depended on the
+    NVLink rule having set the node's interconnect first, by its place in the code)."""
+    names = [r.name for r in rules.ORDER]
+    assert names.index("nvlink") < names.index("nccl_test") and names.index("gpu_table") < names.index("gpu_burn")
+    assert names[-1] == "consequences", "a tool's failure folds what follows from it after every rule has judged"
+    shuffled = list(reversed(rules.PIPELINE))
+    order = [r.name for r in rules.ordered(shuffled)]
+    assert order.index("nvlink") < order.index("nccl_test") and order[-1] == "consequences"
+    nccl = next(r for r in rules.PIPELINE if r.name == "nccl_test")
+    assert "interconnect" in nccl.reads
+    with pytest.raises(ValueError, match="reads interconnect, which no rule writes"):
+        rules.ordered([r for r in rules.PIPELINE if r.name != "nvlink"])
+    loop = [rules.Rule("a", ("x",), ("y",), None), rules.Rule("b", ("y",), ("x",), None)]
+    with pytest.raises(ValueError, match="wait on each other"):
+        rules.ordered(loop)

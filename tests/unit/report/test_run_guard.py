@@ -56,3 +56,37 @@ def test_a_live_runs_lock_refuses_and_a_stale_one_is_replaced(tmp_path):
     assert (tmp_path / run_guard.LOCK_NAME).exists()
     run_guard.release_lock(str(tmp_path), "mine2")
     assert not (tmp_path / run_guard.LOCK_NAME).exists()
+
+
+def test_one_list_wrong_choices_and_ranges_are_refused():
+    """The role's argument spec is the one list (names, types, choices, ranges): on main gpufleet_fail_on=sometimes
+    ran the whole burn-in and then wrote no report, and a burn of -5 s or a lease of 0 s reached the nodes."""
+    cases = {"gpufleet_fail_on": "sometimes", "gpufleet_burn_duration_s": -5, "gpufleet_sample_interval_s": -1,
+             "gpufleet_lease_timeout_s": 0, "gpufleet_history_days": 0}
+    for name, value in cases.items():
+        errors = run_guard.type_errors("n1", {name: value})
+        assert len(errors) == 1 and name in errors[0] and "host n1" in errors[0], (name, errors)
+    assert "must be at least 1" in run_guard.type_errors("n1", {"gpufleet_burn_duration_s": 0})[0]
+    assert run_guard.type_errors("n1", {"gpufleet_burn_duration_s": "600", "gpufleet_fail_on": "warn",
+                                        "gpufleet_lease_timeout_s": 10}) == []
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import GATE_VERDICTS
+
+    assert run_guard.role_spec()["gpufleet_fail_on"]["choices"] == list(GATE_VERDICTS), "the gate's one table"
+
+
+def test_every_variable_the_playbooks_and_the_role_read_is_in_the_one_list():
+    """Every gpufleet_* name a playbook or the role's tasks read is known (the spec, or set by the run itself, which
+    run_guard reads from the tasks and the modules' documentation): nothing is listed twice by hand."""
+    import re
+    from pathlib import Path
+
+    repo = Path(run_guard.COLLECTION)
+    # roles and inventory groups are named gpufleet_* too: they are not variables
+    known = run_guard.known_names() | {p.name for p in repo.glob("roles/*")} | {"gpufleet_nodes", "gpufleet_sim"}
+    used = set()
+    for path in list(repo.glob("playbooks/*.yml")) + list(repo.glob("roles/gpufleet/**/*.yml")):
+        used.update(re.findall(r"\b(gpufleet_[a-z0-9_]+)\b", path.read_text()))
+    unknown = sorted(n for n in used if n not in known and not n.startswith(run_guard.RUNTIME_PREFIXES)
+                     and not n.endswith("_"))
+    assert not unknown, unknown
+    assert not hasattr(run_guard, "PLAYBOOK_VARS") and not hasattr(run_guard, "RUNTIME_VARS")

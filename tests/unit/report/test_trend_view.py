@@ -21,6 +21,8 @@ DAY = 86400.0
 
 def _judged(tmp_path):
     data = sample_fleet.hosts()
+    # The recorded run's identity snapshot carries the recording's read times; this history runs on its own clock.
+    data["sim-node02"].pop("gpufleet_result_health_snapshot", None)
     nodes = report.evaluate_fleet(list(data), data, sample_fleet.in_play())
     node = next(n for n in nodes if n["host"] == "sim-node02")
     now = records.node_record(node, data["sim-node02"], 1.8e9 + 21 * DAY, "burn_in")
@@ -76,3 +78,21 @@ def test_the_trend_view_renders_in_chromium(tmp_path):
     assert "corrected ECC (lifetime)" in block and "night-20" in block
     console = [line for line in proc.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not [line for line in console if re.search(r"error|uncaught", line, re.I)], console
+
+
+def test_the_card_never_says_no_ecc_errors_beside_ecc_findings():
+    """A node's first run in the history has no ECC curve; on main its card said "No corrected ECC errors in the
+    history." beside its own rising-ECC findings (the leaking node of the demo)."""
+    data = sample_fleet.hosts()
+    nodes = report.evaluate_fleet(list(data), data, sample_fleet.in_play())
+    leak = next(n for n in nodes if any("ECC" in f["code"] for f in n["findings"]))
+    healthy = next(n for n in nodes if n["verdict"] == "pass")
+    for node in (leak, healthy):
+        node["history"] = {"previous": None, "changes": [], "ecc_per_day": {}}
+    doc = report.build_report(nodes, "20260101T000000Z-abc123", playbook="burn_in")
+    html = render_html.render(doc)
+    card = html.split('data-history-host="%s"' % leak["host"], 1)[1].split("</div>", 1)[0]
+    assert "No corrected ECC errors" not in html
+    assert "This run&#39;s ECC findings are below: ECC_" in card
+    other = html.split('data-history-host="%s"' % healthy["host"], 1)[1].split("</div>", 1)[0]
+    assert "No rise of corrected ECC between this node&#39;s readings" in other

@@ -17,6 +17,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 ROLES = sorted(p.parent.parent.name for p in (REPO / "roles").glob("*/defaults/main.yml"))
 VALID_TYPES = {"str", "int", "float", "bool", "list", "dict", "path", "raw", "bytes", "bits"}
+# The collection's site policy a role reads under its one name (module_utils/thresholds.py), never a copy of its own:
+# the watcher's XID severities are the report's.
+SHARED = {"gpufleet_xid_severity_overrides"}
 
 
 def load(path):
@@ -74,7 +77,7 @@ def test_spec_defaults_match_the_code(role):
     problems = []
     for name, opt in main_options(role).items():
         if name not in defaults:
-            if not name.startswith(role):
+            if not name.startswith(role) and name not in SHARED:
                 problems.append("%s: documented but neither a default nor prefixed with the role name" % name)
             continue
         value = defaults[name]

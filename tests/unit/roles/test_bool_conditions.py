@@ -25,9 +25,10 @@ def bool_options():
 
 
 def uses(role, name):
-    """(file, line) of every Jinja expression or condition that reads `name` without `| bool` right after it."""
+    """(file, line) of every Jinja expression or condition that reads `name` without `| bool` after it."""
     bad = []
-    bare = re.compile(r"(?<![\w.'\"])%s\b(?!\s*\|\s*bool)(?!\s*[:=])" % re.escape(name))
+    # `| bool` right after the name, or after its `| default(...)` (a playbook variable the role does not default)
+    bare = re.compile(r"(?<![\w.'\"])%s\b(?!\s*\|\s*(?:default\([^)]*\)\s*\|\s*)?bool)(?!\s*[:=])" % re.escape(name))
     for path in sorted((REPO / "roles" / role).glob("**/*.yml")) + sorted((REPO / "playbooks").glob("*.yml")):
         if "meta" in path.parts or "defaults" in path.parts or "molecule" in path.parts:
             continue
