@@ -206,21 +206,34 @@ def _has_path(tree, dotted, child_key):
     return True
 
 
+def _owner(ref, name):
+    """O(kentino.gpufleet.other#module:opt) names another module's option; a bare O(opt) is this module's."""
+    if "#" not in ref:
+        return name, ref
+    fqcn, _, rest = ref.partition("#")
+    plugin_type, _, ref = rest.partition(":")
+    if not fqcn.startswith("kentino.gpufleet.") or plugin_type != "module":
+        return None, ref
+    return fqcn.rsplit(".", 1)[1], ref
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_semantic_markup_references_exist(name, merged_docs):
     """O(x) names an option of this module and RV(y) one of its return values (antsibull-docs checks more in make lint)."""
     entry = merged_docs[name]
-    options = entry["doc"].get("options") or {}
-    returns = entry.get("return") or {}
     problems = []
-    for where, tree in (("doc", entry["doc"]), ("return", returns)):
+    for where, tree in (("doc", entry["doc"]), ("return", entry.get("return") or {})):
         for text in _texts(tree):
             for kind, ref in _REF.findall(text):
-                ref = ref.strip()
-                if kind == "O" and not _has_path(options, ref, "suboptions"):
-                    problems.append("%s: O(%s) is not an option of %s" % (where, ref, name))
-                if kind == "RV" and not _has_path(returns, ref, "contains"):
-                    problems.append("%s: RV(%s) is not a return value of %s" % (where, ref, name))
+                owner, ref = _owner(ref.strip(), name)
+                if owner not in merged_docs:
+                    problems.append("%s: %s(%s) names a module the collection does not have" % (where, kind, ref))
+                    continue
+                target = merged_docs[owner]
+                if kind == "O" and not _has_path(target["doc"].get("options") or {}, ref, "suboptions"):
+                    problems.append("%s: O(%s) is not an option of %s" % (where, ref, owner))
+                if kind == "RV" and not _has_path(target.get("return") or {}, ref, "contains"):
+                    problems.append("%s: RV(%s) is not a return value of %s" % (where, ref, owner))
     assert not problems, "\n".join(problems)
 
 
