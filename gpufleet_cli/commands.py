@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpufleet_cli.options import existing_dir, index, output_file, positive_float
+
 EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN = 0, 1, 2, 3
 RUN_COMMANDS = {"burn-in": "burn_in", "preflight": "preflight", "audit": "audit", "provision": "provision"}
 BAD = ("fail", "error", "unreachable")
@@ -225,7 +227,12 @@ def cmd_history(args):
     try:
         with History(path, readonly=True) as history:
             if args.export:
-                out = open(args.out, "w", newline="") if args.out else sys.stdout
+                try:
+                    out = open(args.out, "w", newline="") if args.out else sys.stdout
+                except OSError as exc:
+                    sys.stderr.write("gpufleet history: argument --out: cannot write %s: %s\n" % (
+                        args.out, exc.strerror))
+                    return 2
                 try:
                     count = history.export(args.export, out, host=args.node)
                 finally:
@@ -276,15 +283,15 @@ def add_parsers(sub, default_report_dir):
         p.add_argument("--ansible-output", action="store_true", help="Ansible's own output instead of the live view")
     h = sub.add_parser("history", help="a node's runs, one GPU's trend (with sparklines), or the fleet's summary")
     h.add_argument("node", nargs="?")
-    h.add_argument("--gpu", type=int, help="the GPU's nvidia-smi index")
-    h.add_argument("--days", type=float, help="only the last DAYS days")
+    h.add_argument("--gpu", type=index, help="the GPU's nvidia-smi index")
+    h.add_argument("--days", type=positive_float, help="only the last DAYS days")
     h.add_argument("--export", choices=["csv", "json"], help="every GPU reading (of NODE, when given)")
-    h.add_argument("--out", help="export to this file instead of stdout")
-    h.add_argument("--history-dir", help="default: <report-dir>/history")
+    h.add_argument("--out", type=output_file, help="export to this file instead of stdout")
+    h.add_argument("--history-dir", type=existing_dir, help="default: <report-dir>/history")
     h.add_argument("--report-dir", default=default_report_dir)
     s = sub.add_parser("handover", help="the customer handover sheet of machines, from the history (HTML, PDF)")
     s.add_argument("nodes", nargs="+")
     s.add_argument("--pdf", action="store_true", help="also print it to PDF with headless Chromium")
     s.add_argument("--out", help="directory (default <report-dir>/handover/<time>)")
-    s.add_argument("--history-dir", help="default: <report-dir>/history")
+    s.add_argument("--history-dir", type=existing_dir, help="default: <report-dir>/history")
     s.add_argument("--report-dir", default=default_report_dir)

@@ -4,7 +4,7 @@
     gpufleet history [NODE [--gpu N]] [--export csv|json]   (the history store: trends, the fleet's summary)
     gpufleet handover NODE... [--pdf]                       (the customer handover sheet)
     gpufleet run burn_in -i inventories/example [-l gpu-node-01] [-e gpufleet_burn_duration_s=3600] [--check]
-    gpufleet report [RUN | reports/latest]
+    gpufleet report [RUN] [--report-dir DIR]                 (default DIR/latest, DIR reports)
     gpufleet abort -i inventories/example [-l gpu-node-01]   (stop what an interrupted run left on the nodes)
     gpufleet postmortem -i inventory -l node01,node02 --logs '/srv/train/logs/*.log' [--since -2h]
     gpufleet postmortem --show [reports/postmortem/latest]
@@ -25,6 +25,8 @@ import tempfile
 import time
 from datetime import UTC
 from pathlib import Path
+
+from gpufleet_cli.options import positive_int
 
 REPO = Path(__file__).resolve().parents[1]
 # checks.yml holds the plays burn_in.yml and preflight.yml share: not a playbook of its own.
@@ -270,7 +272,7 @@ def main(argv=None):
     abort.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     abort.add_argument("-q", "--quiet", action="store_true")
     rep = sub.add_parser("report", help="show a fleet report as a table")
-    rep.add_argument("path", nargs="?", default="reports/latest", help="a run id, a run directory or report.json")
+    rep.add_argument("path", nargs="?", help="a run id, a run directory or report.json (default <report-dir>/latest)")
     rep.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     from gpufleet_cli import commands
 
@@ -285,7 +287,7 @@ def main(argv=None):
                     help="flight-recorder dump prefix (default /var/tmp/gpufleet-nccl-dumps/nccl_trace_rank_)")
     pm.add_argument("--since", help="window start: ISO 8601, @epoch or -2h (default: around the last timeout)")
     pm.add_argument("--until", help="window end")
-    pm.add_argument("--world-size", type=int)
+    pm.add_argument("--world-size", type=positive_int)
     pm.add_argument("--become", action="store_true", help="read logs, dumps and the kernel log as root")
     pm.add_argument("-e", "--extra-vars", action="append", default=[])
     pm.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
@@ -310,8 +312,8 @@ def main(argv=None):
         return commands.cmd_history(args)
     if args.command == "handover":
         return commands.cmd_handover(args)
-    path = Path(args.path)
-    if not path.exists() and (Path(args.report_dir) / args.path).exists():
+    path = Path(args.path or Path(args.report_dir) / "latest")
+    if args.path and not path.exists() and (Path(args.report_dir) / args.path).exists():
         path = Path(args.report_dir) / args.path  # a run id
     try:
         report = show_report(path)
