@@ -62,7 +62,7 @@ def cmd_play(args, repo, show_report):
     import ansible_runner
     from rich.console import Console
 
-    from gpufleet_cli.live import RunView, run_live
+    from gpufleet_cli.live import RunView, explain_no_report, run_live
     from gpufleet_cli.main import parse_extra
 
     playbook = RUN_COMMANDS[args.command]
@@ -89,8 +89,7 @@ def cmd_play(args, repo, show_report):
     if latest.exists() and latest.stat().st_mtime >= started - 1:
         report = json.loads(latest.read_text())
     if report is None or (view.run_id and report.get("run_id") != view.run_id):
-        sys.stderr.write("gpufleet: %s did not produce a report (%s, rc %s): see %s\n" % (
-            playbook, result.status, result.rc, report_dir / ".runner"))
+        explain_no_report(sys.stderr, playbook, result, view.problems, report_dir / ".runner")
         return EXIT_NOT_RUN
     show_report(latest, console)
     history = report.get("history") or {}

@@ -6,6 +6,8 @@ the inventory's thresholds). "So far" is the node-side verdict of each check as 
 """
 
 import time
+from collections import deque
+from pathlib import Path
 
 from rich.console import Group
 from rich.live import Live
@@ -39,6 +41,42 @@ class HostState:
             self.verdict = verdict
 
 
+class RunProblems:
+    """Why a run left no report, from its events: the failed tasks' messages (run_guard's refusals are assert
+    messages), else the last lines Ansible printed (an error before any task, such as a module it cannot resolve)."""
+
+    MAX_MESSAGE = 1500
+
+    def __init__(self, tail_lines=15):
+        self.failures = []
+        self.tail = deque(maxlen=tail_lines)
+
+    def handle(self, event):
+        text = event.get("stdout")
+        if text:
+            self.tail.extend(line for line in text.replace("\r", "").splitlines() if line.strip())
+        data = event.get("event_data") or {}
+        kind = event.get("event")
+        if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            res = data.get("res") if isinstance(data.get("res"), dict) else {}
+            message = str(res.get("msg") or "").strip() or "(no message)"
+            if len(message) > self.MAX_MESSAGE:
+                message = message[:self.MAX_MESSAGE] + " ..."
+            self.failures.append("%s: %s: %s" % (data.get("host") or "?", data.get("task") or "?", message))
+
+    def lines(self):
+        return self.failures or list(self.tail)
+
+
+def explain_no_report(stream, playbook, result, problems, runner_dir):
+    """Say on `stream` that the run wrote no report, why (problems.lines()), and where its whole output is kept."""
+    ident_dir = getattr(getattr(result, "config", None), "artifact_dir", None)
+    stream.write("gpufleet: %s wrote no report (%s, rc %s):\n" % (playbook, result.status, result.rc))
+    for line in problems.lines():
+        stream.write("  %s\n" % line)
+    stream.write("Ansible's whole output: %s\n" % (Path(ident_dir) / "stdout" if ident_dir else runner_dir))
+
+
 class RunView:
     """Consumes ansible-runner events (event_handler) and renders the live view (__rich__)."""
 
@@ -52,6 +90,7 @@ class RunView:
         self.burn_planned_s = burn_planned_s
         self.report_line = None
         self.events = 0
+        self.problems = RunProblems()
 
     def host(self, name):
         if name not in self.hosts:
@@ -62,6 +101,7 @@ class RunView:
     def handle(self, event):
         """ansible-runner event_handler: update the state; True keeps the event in the artifacts."""
         self.events += 1
+        self.problems.handle(event)
         kind = event.get("event")
         data = event.get("event_data") or {}
         name = data.get("host")

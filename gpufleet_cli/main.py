@@ -144,12 +144,14 @@ def _envvars(stream=None):
     return envvars
 
 
-def _printer(quiet, stream=None):
+def _printer(quiet, stream=None, problems=None):
     """ansible-runner event handler: Ansible's output as it comes, with the pseudo-terminal's CR LF made LF; nothing
-    when quiet. Events are kept in the artifact directory either way."""
+    when quiet. Events are kept in the artifact directory either way, and read by `problems` (live.RunProblems)."""
     stream = stream or sys.stdout
 
     def handle(event):
+        if problems is not None:
+            problems.handle(event)
         text = event.get("stdout")
         if text and not quiet:
             stream.write(text.replace("\r\n", "\n").replace("\r", "\n") + "\n")
@@ -218,6 +220,8 @@ def cmd_postmortem(args):
 def cmd_run(args):
     import ansible_runner
 
+    from gpufleet_cli.live import RunProblems, explain_no_report
+
     extra = parse_extra(args.extra_vars)
     report_dir = Path(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())))
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -229,11 +233,12 @@ def cmd_run(args):
     # ansible-runner execs ansible-playbook from PATH: use the one installed beside this Python.
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     cmdline = " ".join(["--check"] if args.check else [])
+    problems = RunProblems()
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="gpufleet-runner.") as private:
         kwargs = dict(private_data_dir=private, project_dir=str(REPO), playbook=str(REPO / "playbooks" /
                       (args.playbook + ".yml")), extravars=extra, envvars=envvars, quiet=True,
-                      event_handler=_printer(args.quiet), artifact_dir=str(report_dir / ".runner"),
+                      event_handler=_printer(args.quiet, problems=problems), artifact_dir=str(report_dir / ".runner"),
                       rotate_artifacts=KEEP_RUNNER_ARTIFACTS)
         if args.inventory:
             kwargs["inventory"] = [str(Path(i).resolve()) for i in args.inventory]
@@ -248,7 +253,7 @@ def cmd_run(args):
     if shows_report and latest.exists() and latest.stat().st_mtime >= started - 1:
         show_report(latest)
     elif shows_report:
-        sys.stderr.write("gpufleet: this run wrote no report (see the output above)\n")
+        explain_no_report(sys.stderr, args.playbook, result, problems, report_dir / ".runner")
     if result.status != "successful":
         sys.stderr.write("gpufleet: %s ended %s (rc %s)\n" % (args.playbook, result.status, result.rc))
     return result.rc if result.rc is not None else 1
