@@ -6,7 +6,8 @@ user needs. Installed into an empty collections path, it must work from a direct
 ansible.cfg of the repository: ansible-doc finds a module there (and lists the collection without a warning), a
 playbook calls a module by FQCN against the simulator's stand-in nvidia-smi, the collection's own playbook resolves by
 FQCN, and kentino.gpufleet.preflight runs on one simulated node with the user's ansible.cfg that docs/operating.md
-documents (inventories/example/ansible.cfg of the artifact) and writes its report there.
+documents (inventories/example/ansible.cfg of the artifact) and the installed inventories/sim used in place, and
+writes its report and the simulated nodes' state there, nothing into the installed collection.
 """
 
 import json
@@ -33,11 +34,19 @@ JUNK = [".venv/bin/python", ".venv-torch/lib/torch.py", ".venv-min/pyvenv.cfg", 
         "kentino-gpufleet-0.0.1.tar.gz"]
 FORBIDDEN_PARTS = {".venv", ".venv-torch", ".venv-min", ".git", "reports", ".pytest_cache", ".ruff_cache",
                    "__pycache__", ".hypothesis", ".ansible", "collections"}
+# The clone's own tooling: an installed collection does not use it (galaxy.yml's build_ignore).
+DEV_TOOLING = ("tests/", "bench/", "Makefile", "ansible.cfg", "pyproject.toml", ".ansible-lint", ".gitignore",
+               ".config/", "changelogs/fragments/", "execution-environment.yml", "ee/")
+# hack/ ships only what a site reruns with its own options (docs/monitoring.md): the alert rule generators.
+SHIPPED_HACK = {"hack/gen_alert_rules.py", "hack/gen_training_alerts.py", "hack/generated.py"}
 REQUIRED = ["MANIFEST.json", "FILES.json", "meta/runtime.yml", "README.md", "CHANGELOG.md",
             "changelogs/changelog.yaml", "plugins/modules/gpu_facts.py", "plugins/doc_fragments/check_common.py",
             "plugins/module_utils/check_options.py", "plugins/action/fleet_report.py", "roles/os_gate/tasks/main.yml",
             "roles/gpufleet_node_exporter/README.md", "playbooks/provision.yml", "docs/failure-modes.md",
-            "docs/signals.md", "data/xid_catalog.csv", "sim/bin/nvidia-smi", "sim/scenarios/healthy_h100.json"]
+            "docs/signals.md", "data/xid_catalog.csv", "sim/bin/nvidia-smi", "sim/scenarios/healthy_h100.json",
+            "sim/make_inventory.py", "inventories/sim/hosts.yml", "inventories/sim/group_vars/gpufleet_sim.yml",
+            "inventories/example/ansible.cfg", "monitoring/prometheus/gpufleet-alerts.yml",
+            "monitoring/grafana/gpufleet-fleet.json"] + sorted(SHIPPED_HACK)
 
 
 def run(argv, **kwargs):
@@ -93,6 +102,9 @@ def test_artifact_has_what_users_need_and_no_development_state(artifact):
                     if FORBIDDEN_PARTS & set(n.split("/")) or n.startswith(("tests/output", "bench/output"))
                     or n.endswith((".pyc", ".tar.gz")) or ".egg-info" in n)
     assert not leaked, "development state in the artifact: %s" % leaked[:20]
+    tooling = sorted(n for n in names if n.startswith(DEV_TOOLING) or n + "/" in DEV_TOOLING or "/molecule/" in n
+                     or n.endswith("/molecule") or (n.startswith("hack/") and n not in SHIPPED_HACK))
+    assert not tooling, "the clone's tooling in the artifact (galaxy.yml build_ignore): %s" % tooling[:20]
     missing = [r for r in REQUIRED if r not in names]
     assert not missing, "missing from the artifact: %s" % missing
     with tarfile.open(tarball) as tar:
@@ -179,10 +191,10 @@ def test_preflight_by_fqcn_from_outside_with_the_documented_ansible_cfg(installe
     shutil.copyfile(root / "inventories" / "example" / "ansible.cfg", user / "ansible.cfg")
     # HOME is a temp directory here, not the user's passwd home: Ansible's async writer expands ~ with $HOME and its
     # readers (async_status, job_wait) with the passwd entry, so the async directory is given as an absolute path.
-    env = clean_env(work, ANSIBLE_COLLECTIONS_PATH=str(cpath), GPUFLEET_SIM_STATE_ROOT=str(work / "sim-preflight"),
-                    ANSIBLE_ASYNC_DIR=str(work / "async"))
-    for key in ("ANSIBLE_CONFIG", "ANSIBLE_NOCOLOR"):
-        env.pop(key)  # ./ansible.cfg is the configuration, as for a user; piped output needs no NOCOLOR
+    env = clean_env(work, ANSIBLE_COLLECTIONS_PATH=str(cpath), ANSIBLE_ASYNC_DIR=str(work / "async"))
+    for key in ("ANSIBLE_CONFIG", "ANSIBLE_NOCOLOR", "GPUFLEET_SIM_STATE_ROOT", "GPUFLEET_SIM_TIME_SCALE"):
+        env.pop(key, None)  # ./ansible.cfg is the configuration, as for a user; piped output needs no NOCOLOR
+    installed_before = installed_files(root)
     before = datetime.now(UTC).replace(microsecond=0)
     proc = subprocess.run([str(BIN / "ansible-playbook"), "kentino.gpufleet.preflight",
                            "-i", str(root / "inventories" / "sim"), "-l", "sim-node01,localhost"],
@@ -203,3 +215,11 @@ def test_preflight_by_fqcn_from_outside_with_the_documented_ansible_cfg(installe
     assert before <= started < finished, (before, started, finished)
     assert "| sim-node01 | PASS |" in output and "HTML report: reports/" in output
     assert "[WARNING]" not in output and "\x1b[" not in output, output[-3000:]
+    # The simulated node's state is the user's, under the run's reports; the installed collection is left as it was.
+    assert (user / "reports" / "sim-state" / "sim-node01" / "node.json").is_file()
+    assert installed_files(root) == installed_before, "the run wrote into the installed collection"
+
+
+def installed_files(root):
+    """Every file of an installed collection but Python's bytecode caches (written when the controller imports it)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if "__pycache__" not in p.parts)
