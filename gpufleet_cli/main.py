@@ -259,7 +259,26 @@ def cmd_run(args):
     return result.rc if result.rc is not None else 1
 
 
+def collection_problem(repo=REPO):
+    """Why this command cannot use the collection of its clone (None when it can): it runs the clone's playbooks with
+    the clone's ansible.cfg, whose collections path holds a link back to the clone."""
+    link = repo / "collections" / "ansible_collections" / "kentino" / "gpufleet"
+    if not (repo / "galaxy.yml").is_file() or not (repo / "playbooks").is_dir():
+        return ("gpufleet: no clone of kentino.gpufleet at %s: the command runs the playbooks of the clone it is "
+                "installed from (pip install -e <clone>, or make venv in the clone); with the collection installed "
+                "instead, run ansible-playbook kentino.gpufleet.<playbook>" % repo)
+    if not link.is_dir() or link.resolve() != repo.resolve():
+        return ("gpufleet: %s does not lead back to the clone, so Ansible cannot find the collection kentino.gpufleet: "
+                "restore it with `git -C %s checkout -- collections`" % (link, repo))
+    return None
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    problem = None if {"-h", "--help"} & set(argv) else collection_problem()
+    if problem:
+        sys.stderr.write(problem + "\n")
+        return 3
     parser = argparse.ArgumentParser(prog="gpufleet", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a playbook of the collection")

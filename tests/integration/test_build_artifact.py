@@ -214,6 +214,8 @@ def test_preflight_by_fqcn_from_outside_with_the_documented_ansible_cfg(installe
     started, finished = (datetime.fromisoformat(doc[k]) for k in ("started", "finished"))
     assert before <= started < finished, (before, started, finished)
     assert "| sim-node01 | PASS |" in output and "HTML report: reports/" in output
+    # The first run in a reports directory relative to where one runs says so: another directory, another history.
+    assert "reports go to %s, a new reports directory" % (user / "reports") in output, output[-3000:]
     assert "[WARNING]" not in output and "\x1b[" not in output, output[-3000:]
     # The simulated node's state is the user's, under the run's reports; the installed collection is left as it was.
     assert (user / "reports" / "sim-state" / "sim-node01" / "node.json").is_file()

@@ -87,3 +87,19 @@ def test_report_reads_the_report_dir_it_is_given(capsys, tmp_path, monkeypatch):
     assert "node-there" in out and "node-here" not in out, out
     assert main(["report"]) == 0
     assert "node-here" in capsys.readouterr().out
+
+
+def test_a_clone_whose_collection_ansible_cannot_find_is_said_before_any_run(tmp_path):
+    from gpufleet_cli.main import collection_problem
+
+    assert collection_problem(REPO) is None
+    assert "no clone of kentino.gpufleet at %s" % tmp_path in collection_problem(tmp_path)
+    (tmp_path / "galaxy.yml").write_text("namespace: kentino\n")
+    (tmp_path / "playbooks").mkdir()
+    broken = collection_problem(tmp_path)
+    assert "collections/ansible_collections/kentino/gpufleet does not lead back to the clone" in broken
+    assert "checkout -- collections" in broken
+    link = tmp_path / "collections" / "ansible_collections" / "kentino"
+    link.mkdir(parents=True)
+    (link / "gpufleet").symlink_to("../../..")
+    assert collection_problem(tmp_path) is None
