@@ -225,3 +225,15 @@ def test_preflight_by_fqcn_from_outside_with_the_documented_ansible_cfg(installe
 def installed_files(root):
     """Every file of an installed collection but Python's bytecode caches (written when the controller imports it)."""
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("script,page", [("gen_alert_rules.py", "monitoring.md"),
+                                         ("gen_training_alerts.py", "training.md")])
+def test_the_alert_rule_generators_run_from_the_installed_collection(installed, script, page):
+    # docs/monitoring.md: a site regenerates the rules with its scrape interval, job name and docs location.
+    work, cpath, root, outside = installed
+    out = outside / ("site-" + script + ".yml")
+    run([sys.executable, str(root / "hack" / script), "--scrape-interval", "15s", "--docs-base-url",
+         "https://wiki.example.com/gpufleet", "--output", str(out)], cwd=str(outside), env=clean_env(work))
+    text = out.read_text()
+    assert "runbook_url: https://wiki.example.com/gpufleet/%s#" % page in text and "15s" in text
