@@ -42,13 +42,15 @@ PLAYBOOK_VARS = {
     "gpufleet_site_vars": "a site's own variable names that start with gpufleet_ (accepted by this check)",
     "gpufleet_show_summary": "print the report's summary table at the end of the run (default true; the gpufleet "
                              "command prints its own)",
+    "gpufleet_abort_run_id": "abort.yml: stop only this run's work (default: every recorded run's)",
+    "gpufleet_abort_record": "abort.yml: a file on the controller where what each node stopped is written (JSON)",
 }
 # Set by the run itself (facts, registered results): never an inventory typo.
 RUNTIME_VARS = ("gpufleet_stage", "gpufleet_completed", "gpufleet_refused_reason", "gpufleet_run",
                 "gpufleet_run_id", "gpufleet_run_started", "gpufleet_xid_before", "gpufleet_stage_failures",
                 "gpufleet_interrupted", "gpufleet_report", "gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_xid",
                 "gpufleet_driver_version", "gpufleet_gpu_problems", "gpufleet_pci_gpus", "gpufleet_training_env",
-                "gpufleet_nvlink", "gpufleet_nvlink_before")
+                "gpufleet_nvlink", "gpufleet_nvlink_before", "gpufleet_interrupt_cleanup")
 RUNTIME_PREFIXES = ("gpufleet_result_", "gpufleet_sim_", "gpufleet_provision_")
 
 
