@@ -5,7 +5,7 @@
   shows the lines above the offending one, so every playbook carries the hint there (what is missing, the fix).
 - The documented ansible.cfg not read (run from another directory): run_guard warns that the run_record callback is
   off and that forks are fewer than the nodes, each with the setting, before anything else. (A new reports directory
-  relative to where one runs is said: tests/integration/test_build_artifact.py runs there.)
+  relative to where one runs is said: tests/integration/test_docs_commands.py runs there.)
 """
 
 import json
