@@ -80,7 +80,7 @@ def explain_no_report(stream, playbook, result, problems, runner_dir):
 
 
 class RunView:
-    """Consumes ansible-runner events (event_handler) and renders the live view (__rich__)."""
+    """Consumes ansible-runner events (event_handler) and renders the live view (__rich_console__)."""
 
     def __init__(self, playbook, burn_planned_s=None, clock=time.monotonic):
         self.playbook = playbook
