@@ -17,32 +17,21 @@ def _number(text, kind):
     return value
 
 
-def positive_int(text):
-    value = _number(text, int)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be greater than 0, got %s" % text)
-    return value
+def _at_least(kind, minimum, strictly):
+    """An argparse type: a finite `kind` above `minimum` (strictly) or not below it."""
+    def parse(text):
+        value = _number(text, kind)
+        if value < minimum or (strictly and value == minimum):
+            raise argparse.ArgumentTypeError("must be %s, got %s" % (
+                "greater than %s" % minimum if strictly else "%s or more" % minimum, text))
+        return value
+    return parse
 
 
-def index(text):
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more, got %s" % text)
-    return value
-
-
-def positive_float(text):
-    value = _number(text, float)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be greater than 0, got %s" % text)
-    return value
-
-
-def non_negative_float(text):
-    value = _number(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more, got %s" % text)
-    return value
+positive_int = _at_least(int, 0, strictly=True)
+index = _at_least(int, 0, strictly=False)
+positive_float = _at_least(float, 0, strictly=True)
+non_negative_float = _at_least(float, 0, strictly=False)
 
 
 def existing_dir(text):

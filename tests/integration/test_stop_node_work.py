@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, codes
+from helpers.sim_processes import node_processes
 
 LONG_LEASE = {"gpufleet_burn_duration_s": 6000, "gpufleet_lease_timeout_s": 600, "gpufleet_dcgm_enabled": False,
               "gpufleet_nccl_enabled": False}
@@ -22,26 +23,6 @@ LONG_LEASE = {"gpufleet_burn_duration_s": 6000, "gpufleet_lease_timeout_s": 600,
 def _env(tmp_path):
     return dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
                 ANSIBLE_NOCOLOR="1", GPUFLEET_SIM_STATE_ROOT=str(tmp_path / "sim-state"))
-
-
-def node_processes(state_root):
-    """Processes whose environment names this test's simulated nodes: tools, modules and async wrappers alike."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as fh:
-                if ("GPUFLEET_SIM_STATE=%s" % state_root).encode() not in fh.read():
-                    continue
-            with open("/proc/%s/stat" % pid) as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    continue
-            with open("/proc/%s/cmdline" % pid, "rb") as fh:
-                found.append(fh.read().replace(b"\0", b" ").decode(errors="replace").strip())
-        except OSError:
-            continue
-    return found
 
 
 def _start_burn(tmp_path):
