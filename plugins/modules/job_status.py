@@ -14,6 +14,8 @@ description:
   - The node half of M(kentino.gpufleet.job_wait); use that action, not this module, in playbooks.
   - Waits up to O(wait) seconds for the async job O(jid) to finish (one round trip instead of one per poll), refreshing
     the run's lease file every second so that the job knows the controller is still waiting.
+  - Stops waiting, and refreshing the lease, as soon as the process that started it is gone (the controller died or
+    its SSH session dropped): nobody waits for the answer any more, and the lease must lapse.
   - Returns the job's own result once it has finished, and removes the job's status file (O(cleanup)).
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
@@ -112,7 +114,10 @@ def main():
         except ValueError as exc:
             module.fail_json(msg=str(exc))
     deadline = time.monotonic() + max(0, p["wait"])
+    parent = os.getppid()
     while True:
+        if os.getppid() != parent or parent == 1:  # orphaned: the controller (or its connection) is gone
+            module.exit_json(changed=False, finished=False, msg="the controller stopped waiting")
         if lease is not None:
             try:
                 lease.touch()
