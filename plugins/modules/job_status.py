@@ -79,6 +79,21 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease
 
 
+def _ppid(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (IOError, OSError, IndexError, ValueError):
+        return None
+
+
+def _ancestry():
+    """(parent, grandparent): the shell the connection runs the module in and what started that shell (sshd's session,
+    or the controller's worker on a local connection). Either one changing means the controller is gone."""
+    parent = os.getppid()
+    return parent, _ppid(parent)
+
+
 def read_job(path):
     """(finished, data). A status file not written yet (or half written) means still running."""
     try:
@@ -114,9 +129,9 @@ def main():
         except ValueError as exc:
             module.fail_json(msg=str(exc))
     deadline = time.monotonic() + max(0, p["wait"])
-    parent = os.getppid()
+    line = _ancestry()
     while True:
-        if os.getppid() != parent or parent == 1:  # orphaned: the controller (or its connection) is gone
+        if _ancestry() != line or 1 in line:  # orphaned: the controller (or its connection) is gone
             module.exit_json(changed=False, finished=False, msg="the controller stopped waiting")
         if lease is not None:
             try:
