@@ -2,6 +2,7 @@
 async wrappers) carries its node's state directory in its environment, so a test finds exactly its own."""
 
 import os
+import signal
 
 
 def node_processes(state_root):
@@ -23,3 +24,27 @@ def node_processes(state_root):
         except OSError:
             continue
     return found
+
+
+def kill_tree(pid):
+    """SIGKILL a process and everything it started that is still its descendant: a controller that dies with its
+    workers and their connections (Ansible's workers run in sessions of their own, so killing the process group of
+    ansible-playbook leaves them polling). What daemonized itself (Ansible's async wrappers) is not a descendant."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as fh:
+                    children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    for member in tree:
+        try:
+            os.kill(member, signal.SIGKILL)
+        except OSError:
+            pass

@@ -16,6 +16,7 @@ import time
 import pytest
 import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, codes, nodes_by_host, run_playbook
+from helpers.sim_processes import kill_tree
 from helpers.sim_processes import node_processes as _sim_processes
 
 pytestmark = pytest.mark.slow
@@ -123,12 +124,12 @@ def test_a_rerun_after_a_dead_controller_stops_the_leftovers_instead_of_refusing
     extra = json.dumps({"gpufleet_report_dir": str(reports), "gpufleet_burn_duration_s": 6000,
                         "gpufleet_lease_timeout_s": 600})  # a lease that will not expire during the test
     proc = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "playbooks/burn_in.yml", "-i", inv, "-e", extra], cwd=REPO,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not any("gpu_burn" in p for p in _sim_processes(state)):
         time.sleep(1)
-    # A controller that dies with its SSH sessions (Ctrl-C stops the node's work itself): the work is left over.
-    os.killpg(proc.pid, signal.SIGKILL)
+    # A controller that dies with its workers (Ctrl-C stops the node's work itself): the work is left over.
+    kill_tree(proc.pid)
     proc.wait(timeout=120)
     assert any("gpu_burn" in p for p in _sim_processes(state)), "nothing left over to test with"
     rc, output, report = run_playbook("burn_in", tmp_path, inventory=inv, extra={"gpufleet_burn_duration_s": 60})
