@@ -237,7 +237,7 @@ def describe_stopped(stopped):
     """What stop_leftovers stopped, in one line for the operator: each group's kind, command and number."""
     killed = [s for s in stopped if s.get("killed")]
     if not killed:
-        return "nothing of the run was still running"
+        return "nothing recorded was still running"
     return "%d process group(s) stopped: %s" % (len(killed), ", ".join(
         "%s %s [%s]" % ((s.get("kind") or "tool").replace("_", " "), os.path.basename(str((s.get("argv") or ["?"])[0])),
                         s.get("pgid")) for s in killed))

@@ -15,7 +15,7 @@ description:
   - Waits up to O(wait) seconds for the async job O(jid) to finish (one round trip instead of one per poll), refreshing
     the run's lease file every second so that the job knows the controller is still waiting.
   - Stops waiting, and refreshing the lease, as soon as the process that started it is gone (the controller died or
-    its SSH session dropped): nobody waits for the answer any more, and the lease must lapse.
+    its SSH session dropped), since nobody waits for the answer any more and the lease must lapse.
   - Returns the job's own result once it has finished, and removes the job's status file (O(cleanup)).
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
