@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpufleet_cli.options import existing_dir, index, output_file, positive_float
+
 EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN, EXIT_NOT_RECORDED = 0, 1, 2, 3, 4
 RUN_COMMANDS = {"burn-in": "burn_in", "preflight": "preflight", "audit": "audit", "provision": "provision"}
 SPARK = "▁▂▃▄▅▆▇█"
@@ -72,7 +74,7 @@ def cmd_play(args, repo, show_report):
     import ansible_runner
     from rich.console import Console
 
-    from gpufleet_cli.live import RunView, run_live
+    from gpufleet_cli.live import RunView, explain_no_report, run_live
     from gpufleet_cli.main import parse_extra
 
     playbook = RUN_COMMANDS[args.command]
@@ -99,8 +101,7 @@ def cmd_play(args, repo, show_report):
     if latest.exists() and latest.stat().st_mtime >= started - 1:
         report = json.loads(latest.read_text())
     if report is None or (view.run_id and report.get("run_id") != view.run_id):
-        sys.stderr.write("gpufleet: %s did not produce a report (%s, rc %s): see %s\n" % (
-            playbook, result.status, result.rc, report_dir / ".runner"))
+        explain_no_report(sys.stderr, playbook, result, view.problems, report_dir / ".runner")
         return EXIT_NOT_RUN
     show_report(latest, console)
     return exit_code(report, args.fail_on_warn)
@@ -246,7 +247,12 @@ def cmd_history(args):
     try:
         with History(path, readonly=True) as history:
             if args.export:
-                out = open(args.out, "w", newline="") if args.out else sys.stdout
+                try:
+                    out = open(args.out, "w", newline="") if args.out else sys.stdout
+                except OSError as exc:
+                    sys.stderr.write("gpufleet history: argument --out: cannot write %s: %s\n" % (
+                        args.out, exc.strerror))
+                    return 2
                 try:
                     count = history.export(args.export, out, host=args.node)
                 finally:
@@ -302,11 +308,11 @@ def add_parsers(sub, default_report_dir):
         p.add_argument("--ansible-output", action="store_true", help="Ansible's own output instead of the live view")
     h = sub.add_parser("history", help="a node's runs, one GPU's trend (with sparklines), or the fleet's summary")
     h.add_argument("node", nargs="?")
-    h.add_argument("--gpu", type=int, help="the GPU's nvidia-smi index")
-    h.add_argument("--days", type=float, help="only the last DAYS days")
+    h.add_argument("--gpu", type=index, help="the GPU's nvidia-smi index")
+    h.add_argument("--days", type=positive_float, help="only the last DAYS days")
     h.add_argument("--export", choices=["csv", "json"], help="every GPU reading (of NODE, when given)")
-    h.add_argument("--out", help="export to this file instead of stdout")
-    h.add_argument("--history-dir", help="default: <report-dir>/history")
+    h.add_argument("--out", type=output_file, help="export to this file instead of stdout")
+    h.add_argument("--history-dir", type=existing_dir, help="default: <report-dir>/history")
     h.add_argument("--report-dir", default=default_report_dir)
     s = sub.add_parser("handover", help="the customer handover sheet of machines, from the history (HTML, PDF)")
     s.add_argument("nodes", nargs="+")
@@ -314,5 +320,5 @@ def add_parsers(sub, default_report_dir):
     s.add_argument("--force", action="store_true", help="write the sheet of a machine that fails now or changed since "
                                                         "its burn-in (it says so first, in red)")
     s.add_argument("--out", help="directory (default <report-dir>/handover/<time>)")
-    s.add_argument("--history-dir", help="default: <report-dir>/history")
+    s.add_argument("--history-dir", type=existing_dir, help="default: <report-dir>/history")
     s.add_argument("--report-dir", default=default_report_dir)

@@ -6,6 +6,8 @@ the inventory's thresholds). "So far" is the node-side verdict of each check as 
 """
 
 import time
+from collections import deque
+from pathlib import Path
 
 from rich.console import Group
 from rich.live import Live
@@ -19,6 +21,8 @@ VERDICT_RANK = verdict_rank()
 STYLE = {"pass": "green", "warn": "yellow", "error": "magenta", "fail": "bold red", "unreachable": "bold magenta",
          "running": "cyan", "waiting": "dim"}
 BURN_STAGES = ("burn",)
+# The burn's progress bar: 20 cells when there is room, none below 6 (the time burnt is shown either way).
+MAX_BAR, MIN_BAR = 20, 6
 
 
 def _clock(seconds):
@@ -41,8 +45,44 @@ class HostState:
             self.verdict = verdict
 
 
+class RunProblems:
+    """Why a run left no report, from its events: the failed tasks' messages (run_guard's refusals are assert
+    messages), else the last lines Ansible printed (an error before any task, such as a module it cannot resolve)."""
+
+    MAX_MESSAGE = 1500
+
+    def __init__(self, tail_lines=15):
+        self.failures = []
+        self.tail = deque(maxlen=tail_lines)
+
+    def handle(self, event):
+        text = event.get("stdout")
+        if text:
+            self.tail.extend(line for line in text.replace("\r", "").splitlines() if line.strip())
+        data = event.get("event_data") or {}
+        kind = event.get("event")
+        if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            res = data.get("res") if isinstance(data.get("res"), dict) else {}
+            message = str(res.get("msg") or "").strip() or "(no message)"
+            if len(message) > self.MAX_MESSAGE:
+                message = message[:self.MAX_MESSAGE] + " ..."
+            self.failures.append("%s: %s: %s" % (data.get("host") or "?", data.get("task") or "?", message))
+
+    def lines(self):
+        return self.failures or list(self.tail)
+
+
+def explain_no_report(stream, playbook, result, problems, runner_dir):
+    """Say on `stream` that the run wrote no report, why (problems.lines()), and where its whole output is kept."""
+    ident_dir = getattr(getattr(result, "config", None), "artifact_dir", None)
+    stream.write("gpufleet: %s wrote no report (%s, rc %s):\n" % (playbook, result.status, result.rc))
+    for line in problems.lines():
+        stream.write("  %s\n" % line)
+    stream.write("Ansible's whole output: %s\n" % (Path(ident_dir) / "stdout" if ident_dir else runner_dir))
+
+
 class RunView:
-    """Consumes ansible-runner events (event_handler) and renders the live view (__rich__)."""
+    """Consumes ansible-runner events (event_handler) and renders the live view (__rich_console__)."""
 
     def __init__(self, playbook, burn_planned_s=None, clock=time.monotonic):
         self.playbook = playbook
@@ -54,6 +94,7 @@ class RunView:
         self.burn_planned_s = burn_planned_s
         self.report_line = None
         self.events = 0
+        self.problems = RunProblems()
 
     def host(self, name):
         if name not in self.hosts:
@@ -64,6 +105,7 @@ class RunView:
     def handle(self, event):
         """ansible-runner event_handler: update the state; True keeps the event in the artifacts."""
         self.events += 1
+        self.problems.handle(event)
         kind = event.get("event")
         data = event.get("event_data") or {}
         name = data.get("host")
@@ -113,37 +155,52 @@ class RunView:
                 verdicts[state.verdict] = verdicts.get(state.verdict, 0) + 1
         return states, verdicts
 
-    def _progress(self, state, now):
+    def _progress(self, state, now, bar_width):
         if state.stage not in BURN_STAGES or state.state != "running":
             return Text("")
         planned = self.burn_planned_s or 600
         done = min(now - state.stage_since, planned)
+        clock = Text("%s / %s" % (_clock(done), _clock(planned)), style="dim")
+        if bar_width < MIN_BAR:
+            return clock
         cell = Table.grid(padding=(0, 1))
-        cell.add_row(ProgressBar(total=planned, completed=done, width=20),
-                     Text("%s / %s%s" % (_clock(done), _clock(planned), "" if self.burn_planned_s else " (default)"),
-                          style="dim"))
+        cell.add_row(ProgressBar(total=planned, completed=done, width=bar_width), clock)
         return cell
 
-    def __rich__(self):
+    def __rich_console__(self, console, options):
+        """The table at the console's width: node names are never cut; the burn's bar shrinks first, then the
+        other columns are cut (with an ellipsis)."""
         now = self.clock()
         title = "gpufleet %s%s · %d node(s) · %s" % (self.playbook, " · run %s" % self.run_id if self.run_id else "",
                                                     len(self.hosts), _clock(now - self.started))
-        table = Table(title=title, title_justify="left", expand=False, show_edge=False, pad_edge=False)
-        for column in ("node", "state", "stage", "in stage", "verdict so far", "burn"):
-            table.add_column(column, no_wrap=True)
-        for name in sorted(self.hosts):
+        if self.burn_planned_s is None and any(s.stage in BURN_STAGES for s in self.hosts.values()):
+            title += " · burn 10:00 (default)"
+        names = sorted(self.hosts)
+        rows = []
+        for name in names:
             state = self.hosts[name]
             verdict = state.verdict or "-"
-            table.add_row(name, Text(state.state, style=STYLE.get(state.state, "")), state.stage,
-                          _clock(now - state.stage_since), Text(verdict.upper(), style=STYLE.get(verdict, "")),
-                          self._progress(state, now))
+            rows.append((name, Text(state.state, style=STYLE.get(state.state, "")), state.stage,
+                         _clock(now - state.stage_since), Text(verdict.upper(), style=STYLE.get(verdict, ""))))
+        headers = ("node", "state", "stage", "in stage", "so far")
+        widths = [max([len(headers[i])] + [len(str(row[i])) for row in rows]) for i in range(len(headers))]
+        # Columns are separated by " │ " (3 cells); the burn cell is the bar, a space and "m:ss / m:ss".
+        clock_width = len("%s / %s" % (_clock(self.burn_planned_s or 600), _clock(self.burn_planned_s or 600)))
+        bar_width = min(MAX_BAR, options.max_width - sum(widths) - 3 * len(widths) - clock_width - 1)
+        table = Table(title=title, title_justify="left", expand=False, show_edge=False, pad_edge=False)
+        table.add_column("node", no_wrap=True, width=widths[0])
+        for header in headers[1:]:
+            table.add_column(header, no_wrap=True, overflow="ellipsis")
+        table.add_column("burn", no_wrap=True, overflow="ellipsis")
+        for row in rows:
+            table.add_row(*row, self._progress(self.hosts[row[0]], now, bar_width))
         states, verdicts = self.counts()
         line = Text("fleet: ")
         line.append(" · ".join("%d %s" % (n, s) for s, n in sorted(states.items())) or "starting")
         if verdicts:
             line.append("  |  so far: ")
             line.append(" · ".join("%d %s" % (verdicts[v], v) for v in sorted(verdicts, key=VERDICT_RANK.get)))
-        return Group(table, line)
+        yield Group(table, line)
 
 
 def run_live(run_fn, view, console, refresh_per_second=4):

@@ -4,7 +4,7 @@
     gpufleet history [NODE [--gpu N]] [--export csv|json]   (the history store: trends, the fleet's summary)
     gpufleet handover NODE... [--pdf]                       (the customer handover sheet)
     gpufleet run burn_in -i inventories/example [-l gpu-node-01] [-e gpufleet_burn_duration_s=3600] [--check]
-    gpufleet report [RUN | reports/latest]
+    gpufleet report [RUN] [--report-dir DIR]                 (default DIR/latest, DIR reports)
     gpufleet abort -i inventories/example [-l gpu-node-01]   (stop what an interrupted run left on the nodes)
     gpufleet postmortem -i inventory -l node01,node02 --logs '/srv/train/logs/*.log' [--since -2h]
     gpufleet postmortem --show [reports/postmortem/latest]
@@ -26,6 +26,8 @@ import tempfile
 import time
 from datetime import UTC
 from pathlib import Path
+
+from gpufleet_cli.options import positive_int
 
 REPO = Path(__file__).resolve().parents[1]
 # checks.yml holds the plays burn_in.yml and preflight.yml share: not a playbook of its own.
@@ -153,12 +155,14 @@ def _envvars(stream=None):
     return envvars
 
 
-def _printer(quiet, stream=None):
+def _printer(quiet, stream=None, problems=None):
     """ansible-runner event handler: Ansible's output as it comes, with the pseudo-terminal's CR LF made LF; nothing
-    when quiet. Events are kept in the artifact directory either way."""
+    when quiet. Events are kept in the artifact directory either way, and read by `problems` (live.RunProblems)."""
     stream = stream or sys.stdout
 
     def handle(event):
+        if problems is not None:
+            problems.handle(event)
         text = event.get("stdout")
         if text and not quiet:
             stream.write(text.replace("\r\n", "\n").replace("\r", "\n") + "\n")
@@ -228,6 +232,8 @@ def cmd_postmortem(args):
 def cmd_run(args):
     import ansible_runner
 
+    from gpufleet_cli.live import RunProblems, explain_no_report
+
     extra = parse_extra(args.extra_vars)
     report_dir = Path(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())))
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -239,11 +245,12 @@ def cmd_run(args):
     # ansible-runner execs ansible-playbook from PATH: use the one installed beside this Python.
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     cmdline = " ".join(["--check"] if args.check else [])
+    problems = RunProblems()
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="gpufleet-runner.") as private:
         kwargs = dict(private_data_dir=private, project_dir=str(REPO), playbook=str(REPO / "playbooks" /
                       (args.playbook + ".yml")), extravars=extra, envvars=envvars, quiet=True,
-                      event_handler=_printer(args.quiet), artifact_dir=str(report_dir / ".runner"),
+                      event_handler=_printer(args.quiet, problems=problems), artifact_dir=str(report_dir / ".runner"),
                       rotate_artifacts=KEEP_RUNNER_ARTIFACTS)
         if args.inventory:
             kwargs["inventory"] = [str(Path(i).resolve()) for i in args.inventory]
@@ -258,13 +265,32 @@ def cmd_run(args):
     if shows_report and latest.exists() and latest.stat().st_mtime >= started - 1:
         show_report(latest)
     elif shows_report:
-        sys.stderr.write("gpufleet: this run wrote no report (see the output above)\n")
+        explain_no_report(sys.stderr, args.playbook, result, problems, report_dir / ".runner")
     if result.status != "successful":
         sys.stderr.write("gpufleet: %s ended %s (rc %s)\n" % (args.playbook, result.status, result.rc))
     return result.rc if result.rc is not None else 1
 
 
+def collection_problem(repo=REPO):
+    """Why this command cannot use the collection of its clone (None when it can): it runs the clone's playbooks with
+    the clone's ansible.cfg, whose collections path holds a link back to the clone."""
+    link = repo / "collections" / "ansible_collections" / "kentino" / "gpufleet"
+    if not (repo / "galaxy.yml").is_file() or not (repo / "playbooks").is_dir():
+        return ("gpufleet: no clone of kentino.gpufleet at %s: the command runs the playbooks of the clone it is "
+                "installed from (pip install -e <clone>, or make venv in the clone); with the collection installed "
+                "instead, run ansible-playbook kentino.gpufleet.<playbook>" % repo)
+    if not link.is_dir() or link.resolve() != repo.resolve():
+        return ("gpufleet: %s does not lead back to the clone, so Ansible cannot find the collection kentino.gpufleet: "
+                "restore it with `git -C %s checkout -- collections`" % (link, repo))
+    return None
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    problem = None if {"-h", "--help"} & set(argv) else collection_problem()
+    if problem:
+        sys.stderr.write(problem + "\n")
+        return 3
     parser = argparse.ArgumentParser(prog="gpufleet", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a playbook of the collection")
@@ -282,7 +308,7 @@ def main(argv=None):
     abort.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     abort.add_argument("-q", "--quiet", action="store_true")
     rep = sub.add_parser("report", help="show a fleet report as a table")
-    rep.add_argument("path", nargs="?", default="reports/latest", help="a run id, a run directory or report.json")
+    rep.add_argument("path", nargs="?", help="a run id, a run directory or report.json (default <report-dir>/latest)")
     rep.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     from gpufleet_cli import commands
 
@@ -297,7 +323,7 @@ def main(argv=None):
                     help="flight-recorder dump prefix (default /var/tmp/gpufleet-nccl-dumps/nccl_trace_rank_)")
     pm.add_argument("--since", help="window start: ISO 8601, @epoch or -2h (default: around the last timeout)")
     pm.add_argument("--until", help="window end")
-    pm.add_argument("--world-size", type=int)
+    pm.add_argument("--world-size", type=positive_int)
     pm.add_argument("--become", action="store_true", help="read logs, dumps and the kernel log as root")
     pm.add_argument("--job-user", help="the user the job ran as: only its logs and dumps are read")
     pm.add_argument("-e", "--extra-vars", action="append", default=[])
@@ -323,8 +349,8 @@ def main(argv=None):
         return commands.cmd_history(args)
     if args.command == "handover":
         return commands.cmd_handover(args)
-    path = Path(args.path)
-    if not path.exists() and (Path(args.report_dir) / args.path).exists():
+    path = Path(args.path or Path(args.report_dir) / "latest")
+    if args.path and not path.exists() and (Path(args.report_dir) / args.path).exists():
         path = Path(args.report_dir) / args.path  # a run id
     try:
         report = show_report(path)

@@ -5,12 +5,14 @@
     gpufleet plan --report reports/latest --history-dir /var/lib/gpufleet/history --json
 
 Command-line values win over the report's. Exit 0 with the plan, 1 when an input is missing (named), 2 on a report
-that cannot be read.
+that cannot be read or a value out of range (a usage error naming the option: no default replaces it).
 """
 
 import json
 import sys
 from pathlib import Path
+
+from gpufleet_cli.options import existing_dir, non_negative_float, positive_float, positive_int
 
 # The collection's controller code (cadence.py) through collections/ansible_collections/kentino/gpufleet -> the repo.
 COLLECTIONS = Path(__file__).resolve().parents[1] / "collections"
@@ -20,15 +22,15 @@ HELP = "checkpoint interval and the GPU-hours (and cost) failures take a day"
 def add_parser(sub):
     p = sub.add_parser("plan", help=HELP, description=__doc__.splitlines()[0])
     p.add_argument("--report", help="report.json or its run directory (default reports/latest when it exists)")
-    p.add_argument("--gpus", type=int, help="GPUs of the training job (default: the report's)")
-    p.add_argument("--checkpoint-gb", type=float, help="size of one checkpoint per node, GB (10^9 bytes)")
-    p.add_argument("--write-mb-s", type=float, help="checkpoint write speed, MB/s (default: the slowest node's "
+    p.add_argument("--gpus", type=positive_int, help="GPUs of the training job (default: the report's)")
+    p.add_argument("--checkpoint-gb", type=positive_float, help="size of one checkpoint per node, GB (10^9 bytes)")
+    p.add_argument("--write-mb-s", type=positive_float, help="checkpoint write speed, MB/s (default: the slowest node's "
                                                     "in the report)")
-    p.add_argument("--interval-min", type=float, help="current checkpoint interval, minutes")
-    p.add_argument("--gpu-hours-per-failure", type=float, help="default: the history's rate, else 50,000")
-    p.add_argument("--history-dir", help="the audit history store (its failure rate)")
-    p.add_argument("--restart-min", type=float, help="minutes one restart costs (default 2)")
-    p.add_argument("--price", type=float, help="price of one GPU-hour")
+    p.add_argument("--interval-min", type=positive_float, help="current checkpoint interval, minutes")
+    p.add_argument("--gpu-hours-per-failure", type=positive_float, help="default: the history's rate, else 50,000")
+    p.add_argument("--history-dir", type=existing_dir, help="the audit history store (its failure rate)")
+    p.add_argument("--restart-min", type=non_negative_float, help="minutes one restart costs (default 2)")
+    p.add_argument("--price", type=non_negative_float, help="price of one GPU-hour")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     return p
 

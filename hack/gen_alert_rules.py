@@ -12,6 +12,8 @@ Usage:  hack/gen_alert_rules.py                         rewrite the shipped file
         hack/gen_alert_rules.py --check                 exit 1 when it differs from what would be generated
         hack/gen_alert_rules.py --scrape-interval 2s --output /tmp/rules.yml   (tests: GpufleetWatcherStale is
                                                         three scrape intervals without an update)
+        hack/gen_alert_rules.py --docs-base-url https://wiki.example.com/gpufleet --output my-rules.yml
+                                                        (runbook_url: <base>/monitoring.md#<alert>)
 """
 
 import argparse
@@ -19,11 +21,12 @@ import re
 import sys
 from pathlib import Path
 
+from generated import collections_dir, docs_base_url, docs_url, write_or_check  # hack/ is on sys.path: a script
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "collections"))
+sys.path.insert(0, str(collections_dir()))
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SNAPSHOT  # noqa: E402
-from generated import write_or_check  # noqa: E402 (hack/ is on sys.path: run as a script)
 
 OUT_PATH = REPO / "monitoring" / "prometheus" / "gpufleet-alerts.yml"
 DEFAULT_SCRAPE_INTERVAL = "30s"
@@ -38,13 +41,6 @@ def seconds(span):
     if not match:
         raise SystemExit("--scrape-interval must look like 30s, 1m or 1h, not %r" % span)
     return int(match.group(1)) * {"s": 1, "m": 60, "h": 3600}[match.group(2)]
-
-
-def runbook_base():
-    for line in (REPO / "galaxy.yml").read_text().splitlines():
-        if line.startswith("repository:"):
-            return line.split(":", 1)[1].strip() + "/blob/main/docs/monitoring.md"
-    raise SystemExit("galaxy.yml has no repository")
 
 
 # The GPU index comes from gpufleet_gpu_info (pci -> gpu, uuid); an alert on a GPU nvidia-smi never listed still
@@ -313,7 +309,7 @@ def _indent(text, spaces):
     return ("\n" + pad).join(text.splitlines())
 
 
-def generate(scrape_interval=DEFAULT_SCRAPE_INTERVAL, node_job=DEFAULT_NODE_JOB):
+def generate(scrape_interval=DEFAULT_SCRAPE_INTERVAL, node_job=DEFAULT_NODE_JOB, docs_base=None):
     recent = 'time() - gpufleet_xid_last_event_timestamp_seconds{severity=~"%s"} < 3600'
     rate6h = 'sum by (instance, pci) (increase(gpufleet_xid_events_total{xid="92"}[6h]))'
     rate7d = 'sum by (instance, pci) (increase(gpufleet_xid_events_total{xid="92"}[7d]))'
@@ -333,7 +329,7 @@ def generate(scrape_interval=DEFAULT_SCRAPE_INTERVAL, node_job=DEFAULT_NODE_JOB)
         accel.append("(%s >= %d and %s / 3 > 3 * %s / 14)" % (inc("3d"), 3 * day_min // 2 + 1 if day_min > 2 else 3,
                                                                inc("3d"), inc("14d", "3d")))
     return TEMPLATE.format(
-        snapshot=SNAPSHOT, scrape_interval=scrape_interval, node_job=node_job, runbook=runbook_base(),
+        snapshot=SNAPSHOT, scrape_interval=scrape_interval, node_job=node_job, runbook=(docs_base or docs_base_url()) + "/monitoring.md",
         stale_s=3 * seconds(scrape_interval), node_gpu=NODE_GPU, dcgm_host=DCGM_HOST, dcgm_gpu=DCGM_GPU,
         xid_critical=_indent(WITH_GPU.format(expr=recent % "|".join(PAGE_SEVERITIES)), 10),
         xid_warning=_indent(WITH_GPU.format(expr=recent % "|".join(TICKET_SEVERITIES)), 10),
@@ -359,8 +355,11 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, default=OUT_PATH)
     parser.add_argument("--scrape-interval", default=DEFAULT_SCRAPE_INTERVAL)
     parser.add_argument("--node-job", default=DEFAULT_NODE_JOB)
+    parser.add_argument("--docs-base-url", type=docs_url, default=None,
+                        help="base of the runbook_url links (your site's copy of docs/); default %s" % docs_base_url())
     args = parser.parse_args(argv)
-    return write_or_check(args.output, generate(args.scrape_interval, args.node_job), args.check, "gen_alert_rules.py")
+    return write_or_check(args.output, generate(args.scrape_interval, args.node_job, args.docs_base_url), args.check,
+                          "gen_alert_rules.py")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from generated import write_or_check  # noqa: E402 (hack/ is on sys.path: run as a script)
+from generated import docs_base_url, write_or_check  # noqa: E402 (hack/ is on sys.path: run as a script)
 from grafana_foundation_sdk.builders import common as common_b
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
@@ -28,7 +28,11 @@ REPO = Path(__file__).resolve().parents[1]
 OUT_PATH = REPO / "monitoring" / "grafana" / "gpufleet-fleet.json"
 UID = "gpufleet-fleet"
 DS = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
-NODE = 'instance=~"$instance"'
+# node_exporter (the gpufleet textfiles) and dcgm-exporter run on one host at two ports (host:9100, host:9400 in
+# monitoring/prometheus/scrape-gpufleet.yml): the Node variable is the host part of `instance`, matched with any port,
+# so the DCGM panels follow the selection as the gpufleet ones do.
+NODE = 'instance=~"${node}(:[0-9]+)?"'
+HOST_OF_INSTANCE = r"/^(.*?)(?::[0-9]+)?$/"
 
 
 def query(expr, legend=None, instant=False):
@@ -81,13 +85,13 @@ def build():
          .timezone("browser")
          .editable()
          .with_variable(dash.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
-         .with_variable(dash.QueryVariable("instance").label("Node").datasource(DS)
-                        .query("label_values(gpufleet_watcher_up, instance)")
+         .with_variable(dash.QueryVariable("node").label("Node").datasource(DS)
+                        .query("label_values(gpufleet_watcher_up, instance)").regex(HOST_OF_INSTANCE)
                         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
                         .multi(True).include_all(True).all_value(".*")
                         .current(dm.VariableOption(selected=True, text="All", value="$__all")))
          .link(dash.DashboardLink("Runbooks (docs/monitoring.md)").type(dm.DashboardLinkType.LINK)
-               .url("https://example.invalid/kentino/gpufleet/blob/main/docs/monitoring.md").target_blank(True)))
+               .url(docs_base_url() + "/monitoring.md").target_blank(True)))
 
     d = d.with_row(dash.Row("Fleet now"))
     d = d.with_panel(single("Lost GPUs", query("sum(gpufleet_gpu_lost{%s}) or vector(0)" % NODE),
@@ -104,7 +108,7 @@ def build():
                             query("count(time() - gpufleet_watcher_last_update_timestamp_seconds{%s} > 90) or vector(0)"
                                   % NODE), steps=((None, "green"), (1, "orange")),
                             description="Nodes whose XID watcher has not written for 90 s (three 30 s scrapes)."))
-    d = d.with_panel(single("Hottest GPU", query("max(DCGM_FI_DEV_GPU_TEMP)"), unit="celsius",
+    d = d.with_panel(single("Hottest GPU", query("max(DCGM_FI_DEV_GPU_TEMP{%s})" % NODE), unit="celsius",
                             steps=((None, "green"), (80, "orange"), (85, "red"))))
     d = d.with_panel(single("Fullest checkpoint filesystem",
                             query("max(1 - gpufleet_checkpoint_free_bytes{%s} / gpufleet_checkpoint_size_bytes{%s})"
@@ -145,9 +149,9 @@ def build():
 
     d = d.with_row(dash.Row("Temperature and throttling"))
     d = d.with_panel(ts("GPU temperature (dcgm-exporter)",
-                        query("DCGM_FI_DEV_GPU_TEMP", "{{Hostname}}{{hostname}} GPU {{gpu}}"), unit="celsius"))
+                        query("DCGM_FI_DEV_GPU_TEMP{%s}" % NODE, "{{Hostname}}{{hostname}} GPU {{gpu}}"), unit="celsius"))
     d = d.with_panel(ts("Thermal violation (dcgm-exporter) and thermal slowdown",
-                        query("rate(DCGM_FI_DEV_THERMAL_VIOLATION[5m]) / 1e6",
+                        query("rate(DCGM_FI_DEV_THERMAL_VIOLATION{%s}[5m]) / 1e6" % NODE,
                               "{{Hostname}}{{hostname}} GPU {{gpu}} violation"),
                         query('gpufleet_gpu_throttle_reason_active{%s,reason=~".*thermal.*"} == 1' % NODE,
                               "{{instance}} GPU {{gpu}} {{reason}}"), unit="percentunit"))
@@ -156,12 +160,12 @@ def build():
     d = d.with_panel(ts("Corrected ECC errors per hour",
                         query('sum by (instance, gpu) (increase(gpufleet_gpu_ecc_errors_total{%s,type="corrected",'
                               'scope="aggregate"}[1h]))' % NODE, "{{instance}} GPU {{gpu}}"),
-                        query("increase(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL[1h])",
+                        query("increase(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{%s}[1h])" % NODE,
                               "{{Hostname}}{{hostname}} GPU {{gpu}} (dcgm)"), span=8))
     d = d.with_panel(ts("Uncorrected ECC errors",
                         query('gpufleet_gpu_ecc_errors_total{%s,type="uncorrected",scope="aggregate"}' % NODE,
                               "{{instance}} GPU {{gpu}}"),
-                        query("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "{{Hostname}}{{hostname}} GPU {{gpu}} (dcgm)"), span=8))
+                        query("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{%s}" % NODE, "{{Hostname}}{{hostname}} GPU {{gpu}} (dcgm)"), span=8))
     d = d.with_panel(ts("Row remaps and banks without a spare row",
                         query("gpufleet_gpu_remapped_rows{%s}" % NODE, "{{instance}} GPU {{gpu}} {{cause}}"),
                         query('gpufleet_gpu_remap_banks{%s,availability="none"}' % NODE,

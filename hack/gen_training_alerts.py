@@ -8,6 +8,8 @@ tests/unit/elastic/test_training_alerts.py fails when the shipped file is out of
 Usage:  hack/gen_training_alerts.py                              rewrite the shipped file
         hack/gen_training_alerts.py --check                      exit 1 when it differs from what would be generated
         hack/gen_training_alerts.py --scrape-interval 1m --output /tmp/rules.yml
+        hack/gen_training_alerts.py --docs-base-url https://wiki.example.com/gpufleet --output my-rules.yml
+                                                                 (runbook_url: <base>/training.md#<alert>)
 """
 
 import argparse
@@ -15,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from generated import write_or_check  # noqa: E402 (hack/ is on sys.path: run as a script)
+from generated import docs_base_url, docs_url, write_or_check  # noqa: E402 (hack/ is on sys.path: run as a script)
 
 REPO = Path(__file__).resolve().parents[1]
 OUT_PATH = REPO / "monitoring" / "prometheus" / "gpufleet-training-alerts.yml"
@@ -167,14 +169,7 @@ def span(total_s):
     return "%ds" % total_s
 
 
-def runbook_base():
-    for line in (REPO / "galaxy.yml").read_text().splitlines():
-        if line.startswith("repository:"):
-            return line.split(":", 1)[1].strip() + "/blob/main/docs/training.md"
-    raise SystemExit("galaxy.yml has no repository")
-
-
-def generate(**options):
+def generate(docs_base=None, **options):
     o = dict(DEFAULTS)
     o.update((k, v) for k, v in options.items() if v is not None)
     for key in ("scrape_interval", "median_window", "straggler_for", "leak_window", "warmup", "plateau_window",
@@ -183,8 +178,10 @@ def generate(**options):
     stall_min_s = seconds(o["stall_min"]) if o["stall_min"] else 3 * seconds(o["scrape_interval"])
     leak_s = seconds(o["leak_window"])
     changed = ["%s=%s" % (k, o[k]) for k in sorted(DEFAULTS) if o[k] != DEFAULTS[k]]
+    if docs_base and docs_base != docs_base_url():
+        changed.insert(0, "docs_base_url=%s" % docs_base)
     return TEMPLATE.format(
-        options=", ".join(changed) or "defaults", runbook=runbook_base(), scrape_interval=o["scrape_interval"],
+        options=", ".join(changed) or "defaults", runbook=(docs_base or docs_base_url()) + "/training.md", scrape_interval=o["scrape_interval"],
         stall_factor=o["stall_factor"], stall_min_s=stall_min_s, median_window=o["median_window"],
         straggler_factor=o["straggler_factor"], straggler_for=o["straggler_for"], leak_window=o["leak_window"],
         leak_span=span(3 * leak_s), leak_growth_factor=1 + float(o["leak_min_growth"]),
@@ -196,10 +193,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the shipped file is out of date")
     parser.add_argument("--output", type=Path, default=OUT_PATH)
+    parser.add_argument("--docs-base-url", type=docs_url, default=None,
+                        help="base of the runbook_url links (your site's copy of docs/); default %s" % docs_base_url())
     for key, value in DEFAULTS.items():
         parser.add_argument("--" + key.replace("_", "-"), default=None, help="default %s" % value)
     args = parser.parse_args(argv)
-    return write_or_check(args.output, generate(**{k: getattr(args, k) for k in DEFAULTS}), args.check, "gen_training_alerts.py")
+    text = generate(docs_base=args.docs_base_url, **{k: getattr(args, k) for k in DEFAULTS})
+    return write_or_check(args.output, text, args.check, "gen_training_alerts.py")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
+from ansible import constants as C
+from ansible import context
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.kentino.gpufleet.plugins.modules.run_guard import ARGUMENT_SPEC
@@ -25,6 +27,11 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        # Said first, refused or not: a run works without them, but an operator running from another directory (not
+        # the one whose ansible.cfg has them) should know.
+        for warning in run_guard.controller_config_warnings(C.CALLBACKS_ENABLED, context.CLIARGS.get("forks"),
+                                                            len(args["hosts"])):
+            self._display.warning(warning)
         hostvars = task_vars.get("hostvars") or {}
         known = run_guard.known_names() | set(args["extra_known"])
         by_problem = {}  # the same problem on many hosts (an -e typo, a group_vars value) is listed once
@@ -47,6 +54,9 @@ class ActionModule(ActionBase):
             more = len(errors) - len(shown)
             raise AnsibleActionFail("refusing to start: %d problem(s) found before touching any node:\n  - %s%s" % (
                 len(errors), "\n  - ".join(shown), "\n  (%d more)" % more if more else ""))
+        note = run_guard.new_reports_note(report_dir)
+        if note:
+            self._display.display(note)
         run_id = run_guard.new_run_id()
         lock = None
         if not self._task.check_mode:

@@ -11,10 +11,12 @@ short_description: Keep what a gpufleet run has found, and write its report when
 description:
   - Records, as they arrive, the results the collection's playbooks register (C(gpufleet_result_*),
     C(gpufleet_xid_before)), the C(gpufleet_*) facts and the run's id from M(kentino.gpufleet.run_guard).
-  - When C(ansible-playbook) ends without finishing the run (Ctrl-C, an error that stops the playbook), it judges
-    what it has with the same rules as M(kentino.gpufleet.fleet_report) and writes the report marked
-    C(interrupted), then releases the reports lock. Nodes that had not finished show as C(RUN_INTERRUPTED) with
-    the stage they were in; their node-side work stops by itself when the run's lease expires.
+  - When C(ansible-playbook) ends without finishing the run (Ctrl-C, an error that stops the playbook), it first stops
+    the run's work on the nodes that had not finished (C(playbooks/abort.yml) for this run only, which stops the tools, the
+    check modules and Ansible's async wrappers), then judges what it has with the same rules as
+    M(kentino.gpufleet.fleet_report) and writes the report marked C(interrupted), and releases the reports lock.
+    Nodes that had not finished show as C(RUN_INTERRUPTED) with the stage they were in and what was stopped on them;
+    a node the stop could not reach stops its work by itself when the run's lease expires, and the finding says so.
   - A run that finishes normally is reported by M(kentino.gpufleet.fleet_report) as always; this callback then does
     nothing.
 version_added: "0.2.0"
@@ -25,13 +27,26 @@ requirements:
 """
 
 import atexit
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 
+from ansible import context
 from ansible.plugins.callback import CallbackBase
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import plain
 
 _KEEP_REGISTERED = ("gpufleet_xid_before",)
+ABORT_PLAYBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                              "playbooks", "abort.yml")
+# ansible-playbook's options that reach the nodes, forwarded to the abort run (prompted passwords cannot be).
+_FORWARDED = (("remote_user", "-u"), ("private_key_file", "--private-key"), ("connection", "-c"), ("timeout", "-T"),
+              ("ssh_common_args", "--ssh-common-args"), ("ssh_extra_args", "--ssh-extra-args"),
+              ("become_method", "--become-method"), ("become_user", "--become-user"))
+ABORT_TIMEOUT_S = 180
 _ENVELOPE_SKIP = ("invocation", "_ansible_no_log", "_ansible_verbose_always", "stdout_lines", "stderr_lines")
 
 
@@ -133,6 +148,9 @@ class CallbackModule(CallbackBase):
             data[host] = hv
         if not data:
             return
+        unfinished = sorted(h for h, hv in data.items() if hv.get("gpufleet_interrupted"))
+        for host, cleanup in self._stop_node_work(unfinished).items():
+            data[host]["gpufleet_interrupt_cleanup"] = cleanup
         nodes = report.evaluate_fleet(list(data), data, None)
         fail_on = self._inventory_values("localhost").get("gpufleet_fail_on")  # the run's own gate, never "never"
         doc = report.build_report(nodes, self.run["run_id"], playbook=self.playbook, started=self.run.get("started"),
@@ -142,3 +160,56 @@ class CallbackModule(CallbackBase):
         run_guard.release_lock(report_dir, doc["run_id"])
         self._display.display("gpufleet: the run was interrupted; what it had is in %s\n%s" % (
             written["files"]["report.html"], render_md.summary_table(doc)))
+
+    def _stop_node_work(self, hosts):
+        """{host: {"stopped": [...], "msg"} or {"error"}}: this run's work stopped on `hosts` by playbooks/abort.yml
+        (run_cleanup with the run's id), with the inventory, extra vars and connection options of this run."""
+        args = context.CLIARGS
+        if not hosts or args.get("check"):
+            return {}
+        self._display.display("gpufleet: the run was interrupted; stopping its work on %d node(s) (abort.yml for run "
+                              "%s)..." % (len(hosts), self.run["run_id"]))
+        work = tempfile.mkdtemp(prefix="gpufleet-abort.")
+        record = os.path.join(work, "stopped.json")
+        argv = _ansible_playbook() + [ABORT_PLAYBOOK, "-l", ",".join(hosts + ["localhost"])]
+        for source in args.get("inventory") or ():
+            argv += ["-i", source]
+        for extra in args.get("extra_vars") or ():
+            argv += ["-e", extra]
+        argv += ["-e", json.dumps({"gpufleet_abort_run_id": self.run["run_id"], "gpufleet_abort_record": record})]
+        for key, flag in _FORWARDED:
+            if args.get(key):
+                argv += [flag, str(args[key])]
+        if args.get("become"):
+            argv.append("--become")
+        for vault_file in args.get("vault_password_files") or ():
+            argv += ["--vault-password-file", vault_file]
+        proc = None
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=ABORT_TIMEOUT_S,
+                                  env=dict(os.environ, ANSIBLE_NOCOLOR="1"))
+            with open(record) as fh:
+                answers = json.load(fh)
+        except (OSError, ValueError, subprocess.SubprocessError, KeyboardInterrupt) as exc:
+            why = "interrupted again" if isinstance(exc, KeyboardInterrupt) else str(exc)
+            if proc is not None:
+                why += ": " + " ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+            return {h: {"error": "abort.yml did not run to the end (%s)" % why} for h in hosts}
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        out = {}
+        for host in hosts:
+            answer = answers.get(host) or {}
+            if answer.get("failed") or answer.get("unreachable") or "stopped" not in answer:
+                out[host] = {"error": str(answer.get("msg") or "no answer from the node")}
+            else:
+                out[host] = {"stopped": answer["stopped"], "msg": answer.get("msg")}
+        return out
+
+
+def _ansible_playbook():
+    """The ansible-playbook of this run (its own Python and script), else the one on PATH."""
+    script = sys.argv[0] if sys.argv and os.path.basename(sys.argv[0]) == "ansible-playbook" else None
+    if script and os.path.isfile(script):
+        return [sys.executable, script]
+    return [shutil.which("ansible-playbook") or "ansible-playbook"]

@@ -100,6 +100,7 @@ def open_lease(module):
     try:
         lease = Lease(params["state_dir"], params["run_id"], params["lease_timeout"])
         lease.touch()
+        lease.record_async_job(module._name)
     except (ValueError, OSError) as exc:
         module.fail_json(msg="cannot use the run's lease under %s: %s" % (params["state_dir"], exc))
     return lease

@@ -6,9 +6,12 @@ A long check (gpu_burn, the sampler, dcgmi diag, NCCL) runs as an async job. The
 (kentino.gpufleet.job_wait) refreshes the run's lease file on every poll; the job checks its age and, when the
 controller has gone quiet for longer than the lease timeout (Ctrl-C, a dead controller, a lost network), kills its
 tool's process group and ends with an error saying so. Every tool process group a run starts is recorded under the
-run's directory, so the next run (or `gpufleet abort`) can recognise and stop what an interrupted run left behind.
+run's directory, and so is every async job of the run (the module's process group and the group of Ansible's
+async_wrapper that watches it), so the next run, `gpufleet abort` or an interrupted run's report can stop all of it.
 
 Layout under the node's state directory:  runs/<run_id>/lease   runs/<run_id>/jobs/<pgid>.json
+A job record: {pgid, argv, started, leader_start, kind: tool | module | async_wrapper}; a wrapper's also module_pgid
+and the watcher process it was recorded with (member, member_start).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -61,14 +64,71 @@ class Lease:
                 "interrupted, so the tool was stopped" % (self.path, "ever" if age is None else "%.0f" % age,
                                                          self.timeout_s))
 
-    def record(self, pgid, argv):
+    def record(self, pgid, argv, kind="tool", **extra):
         path = os.path.join(self.jobs, "%d.json" % pgid)
         tmp = path + ".tmp"
+        job = {"pgid": pgid, "argv": [str(a) for a in argv], "started": time.time(), "leader_start": _start_time(pgid),
+               "kind": kind}
+        job.update(extra)
         with open(tmp, "w") as fh:
-            json.dump({"pgid": pgid, "argv": [str(a) for a in argv], "started": time.time(),
-                       "leader_start": _start_time(pgid)}, fh)
+            json.dump(job, fh)
         os.rename(tmp, path)
         return path
+
+    def record_async_job(self, module_name):
+        """Record the async job this module runs in (nothing when it runs as a plain task): its own process group,
+        then the async_wrapper's, so that stopping the run stops the module and the wrapper, not only its tools."""
+        groups = async_job_groups()
+        recorded = []
+        for kind, pgid, member in groups:
+            extra = {}
+            if member is not None:
+                extra.update(member=member, member_start=_start_time(member))
+            if kind == "async_wrapper" and groups[0][0] == "module":
+                extra["module_pgid"] = groups[0][1]
+            recorded.append(self.record(pgid, [module_name.rsplit(".", 1)[-1]], kind=kind, **extra))
+        return recorded
+
+
+def _proc_stat(pid):
+    """(ppid, pgid, session) of a process from /proc/<pid>/stat, or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[2]), int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_async_wrapper(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            return b"async_wrapper" in fh.read()
+    except OSError:
+        return False
+
+
+def async_job_groups(pid=None):
+    """[("module", pgid, None), ("async_wrapper", pgid, watcher pid)] of the async job running process `pid`.
+
+    Ansible's async_wrapper daemonizes into a session of its own, where its watcher forks one process per job into a
+    new process group (which runs the module) and waits for it, polling every few seconds. Both groups are recorded
+    only when the watcher is an async_wrapper leading that session's group and the job's process is in the same
+    session: a plain task (its group is the connection's, or on the simulated fleet the controller's) records none.
+    """
+    pid = pid or os.getpid()
+    own = _proc_stat(pid)
+    runner = _proc_stat(own[0]) if own else None
+    if not runner or not _is_async_wrapper(own[0]) or not _is_async_wrapper(runner[0]):
+        return []
+    watcher = _proc_stat(runner[0])
+    if not watcher or watcher[1] != watcher[2] or runner[2] != watcher[2] or own[2] != watcher[2]:
+        return []
+    # The watcher's group has no leader (the process that made the session exited): the watcher identifies it.
+    wrapper = ("async_wrapper", watcher[1], runner[0])
+    if own[1] == watcher[1]:  # the job's group not yet split from the watcher's: one group holds both
+        return [wrapper]
+    return [("module", own[1], None), wrapper]
 
 
 def _start_time(pid):
@@ -83,7 +143,11 @@ def _start_time(pid):
 def _ours(job):
     """False when the group's number now belongs to another process (the recorded leader ended and the kernel
     reused its pid for a new session): only what a run started is ever stopped. A leader that is gone while its group
-    lives on is ours: the kernel does not hand out the id of a group that still exists."""
+    lives on is ours: the kernel does not hand out the id of a group that still exists. A group recorded without its
+    leader (an async wrapper's) is ours while the member recorded with it is still that process in that group."""
+    if job.get("member") is not None:
+        stat = _proc_stat(int(job["member"]))
+        return bool(stat) and stat[1] == job["pgid"] and _start_time(int(job["member"])) == job.get("member_start")
     now = _start_time(job["pgid"])
     return now is None or job.get("leader_start") is None or now == job["leader_start"]
 
@@ -116,34 +180,73 @@ def recorded_jobs(state_dir, except_run_id=None):
                 pgid = int(job["pgid"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            entry = {"run_id": run_id, "pgid": pgid, "argv": job.get("argv"), "leader_start": job.get("leader_start")}
+            entry = {"run_id": run_id, "pgid": pgid, "argv": job.get("argv"), "leader_start": job.get("leader_start"),
+                     "kind": job.get("kind") or "tool", "module_pgid": job.get("module_pgid"),
+                     "member": job.get("member"), "member_start": job.get("member_start")}
             entry["alive"] = _group_alive(pgid) and _ours(entry)
             out.append(entry)
     return out
 
 
-def stop_leftovers(state_dir, keep=lambda run_id: False, dry_run=False, grace_s=5.0):
-    """Kill the process groups recorded by every run for which keep(run_id) is false and remove those runs'
-    directories. Returns [{run_id, pgid, argv, killed}]. Process groups are only ever ours: they were recorded when
-    the tool was started in its own session; a recorded group that is already gone is just forgotten."""
+# The order groups are stopped in: a tool before the module that waits for it, the module before its wrapper.
+STOP_ORDER = {"tool": 0, "module": 1, "async_wrapper": 2}
+# How long a wrapper whose module was stopped gets to notice it and end by itself (it polls every 5 s, then removes
+# the job's temporary files); after that it is killed too.
+WRAPPER_WAIT_S = 8.0
+
+
+def stop_leftovers(state_dir, keep=lambda run_id: False, dry_run=False, grace_s=5.0, wrapper_wait_s=WRAPPER_WAIT_S):
+    """Stop the process groups recorded by every run for which keep(run_id) is false and remove those runs'
+    directories: tools first, then the modules waiting for them, then the async wrappers of the modules it stopped
+    (given wrapper_wait_s to end by themselves, then killed). Returns [{run_id, pgid, argv, kind, killed}]: killed
+    when the group was running and was stopped (the wrapper of a module that ended on its own is left to end). Process groups are only ever ours: recorded when the run started
+    them; a recorded group that is already gone is just forgotten."""
     root = os.path.join(state_dir, "runs")
     out = []
     try:
         runs = sorted(os.listdir(root))
     except OSError:
         return out
+    stopped_modules = set()
     for run_id in runs:
         if keep(run_id):
             continue
-        for job in recorded_jobs(state_dir):
-            if job["run_id"] != run_id:
-                continue
-            if job["alive"] and not dry_run:
+        jobs = sorted((j for j in recorded_jobs(state_dir) if j["run_id"] == run_id),
+                      key=lambda j: STOP_ORDER.get(j["kind"], 0))
+        for job in jobs:
+            stop = job["alive"]
+            if stop and job["kind"] == "async_wrapper" and job["module_pgid"] is not None:
+                # A wrapper ends by itself a few seconds after its module (and removes the job's temporary files):
+                # one whose module ended on its own is left to it; one whose module was stopped here gets that
+                # time, then is killed.
+                stop = job["module_pgid"] in stopped_modules
+                if stop and not dry_run:
+                    _wait_gone(job["pgid"], wrapper_wait_s)
+            if stop and not dry_run:
                 _kill(job["pgid"], grace_s)
-            out.append({"run_id": run_id, "pgid": job["pgid"], "argv": job["argv"], "killed": job["alive"]})
+            if stop and job["kind"] == "module":
+                stopped_modules.add(job["pgid"])
+            out.append({"run_id": run_id, "pgid": job["pgid"], "argv": job["argv"], "kind": job["kind"],
+                        "killed": stop})
         if not dry_run:
             _rmtree(os.path.join(root, run_id))
     return out
+
+
+def describe_stopped(stopped):
+    """What stop_leftovers stopped, in one line for the operator: each group's kind, command and number."""
+    killed = [s for s in stopped if s.get("killed")]
+    if not killed:
+        return "nothing recorded was still running"
+    return "%d process group(s) stopped: %s" % (len(killed), ", ".join(
+        "%s %s [%s]" % ((s.get("kind") or "tool").replace("_", " "), os.path.basename(str((s.get("argv") or ["?"])[0])),
+                        s.get("pgid")) for s in killed))
+
+
+def _wait_gone(pgid, wait_s):
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.1)
 
 
 def _kill(pgid, grace_s):

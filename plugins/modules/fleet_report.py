@@ -117,7 +117,7 @@ notes:
 seealso:
   - name: docs/rules.md
     description: Every rule, threshold variable and default.
-    link: https://example.invalid/kentino/gpufleet/docs/rules.md
+    link: https://example.invalid/kentino/gpufleet/blob/main/docs/rules.md
 """
 
 EXAMPLES = r"""

@@ -105,7 +105,7 @@ seealso:
   - module: kentino.gpufleet.job_evidence
   - name: docs/postmortem.md
     description: How it reads the evidence, decides, and what the confidence levels mean.
-    link: https://example.invalid/kentino/gpufleet/docs/postmortem.md
+    link: https://example.invalid/kentino/gpufleet/blob/main/docs/postmortem.md
 """
 
 EXAMPLES = r"""

@@ -14,6 +14,8 @@ description:
   - The node half of M(kentino.gpufleet.job_wait); use that action, not this module, in playbooks.
   - Waits up to O(wait) seconds for the async job O(jid) to finish (one round trip instead of one per poll), refreshing
     the run's lease file every second so that the job knows the controller is still waiting.
+  - Stops waiting, and refreshing the lease, as soon as the process that started it is gone (the controller died or
+    its SSH session dropped), since nobody waits for the answer any more and the lease must lapse.
   - Returns the job's own result once it has finished, and removes the job's status file (O(cleanup)).
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
@@ -77,6 +79,21 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease
 
 
+def _ppid(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (IOError, OSError, IndexError, ValueError):
+        return None
+
+
+def _ancestry():
+    """(parent, grandparent): the shell the connection runs the module in and what started that shell (sshd's session,
+    or the controller's worker on a local connection). Either one changing means the controller is gone."""
+    parent = os.getppid()
+    return parent, _ppid(parent)
+
+
 def read_job(path):
     """(finished, data). A status file not written yet (or half written) means still running."""
     try:
@@ -112,7 +129,10 @@ def main():
         except ValueError as exc:
             module.fail_json(msg=str(exc))
     deadline = time.monotonic() + max(0, p["wait"])
+    line = _ancestry()
     while True:
+        if _ancestry() != line or 1 in line:  # orphaned: the controller (or its connection) is gone
+            module.exit_json(changed=False, finished=False, msg="the controller stopped waiting")
         if lease is not None:
             try:
                 lease.touch()

@@ -165,6 +165,34 @@ def type_errors(host, values, spec=None):
     return errors + threshold_errors
 
 
+RUN_RECORD = "kentino.gpufleet.run_record"
+CONFIG_FIX = ("in the ansible.cfg of the directory you run from (the collection's inventories/example/ansible.cfg, "
+              "docs/operating.md)")
+
+
+def controller_config_warnings(callbacks_enabled, forks, nodes):
+    """What the controller's Ansible configuration lacks for this run, each with the setting that fixes it."""
+    warnings = []
+    if RUN_RECORD not in (callbacks_enabled or []):
+        warnings.append("the callback %s is not enabled: a run interrupted by Ctrl-C or a controller error leaves no "
+                        "report; set callbacks_enabled = %s %s" % (RUN_RECORD, RUN_RECORD, CONFIG_FIX))
+    if isinstance(forks, int) and 0 < forks < nodes:
+        warnings.append("forks is %d for %d nodes: Ansible runs a task on %d nodes at a time, so every long check "
+                        "(the burn) takes %d rounds; set forks = %d or more %s" % (
+                            forks, nodes, forks, -(-nodes // forks), nodes, CONFIG_FIX))
+    return warnings
+
+
+def new_reports_note(report_dir):
+    """A relative reports directory that no run has used yet: say where this run's reports and history start, since
+    running from another directory would start another one without a word."""
+    if os.path.isabs(report_dir) or os.path.lexists(os.path.join(report_dir, "latest")):
+        return None
+    return ("reports go to %s, a new reports directory: gpufleet_report_dir (%s) is relative to the directory you run "
+            "from, and each reports directory keeps its own history. Run from this directory each time, or set "
+            "gpufleet_report_dir to an absolute path." % (os.path.abspath(report_dir), report_dir))
+
+
 def new_run_id(now=None):
     """Unique even for two runs started in the same second: the time plus 24 random bits."""
     now = now or datetime.now(timezone.utc)

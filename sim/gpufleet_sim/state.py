@@ -1,9 +1,9 @@
 """Per-node state directory: simulated boot, kernel log, lost GPUs, load markers, checkpoint directory.
 
 Several stand-ins run at once on a node (nvidia-smi sampling while gpu_burn burns), so every write is atomic
-(rename) or made under an flock on <state>/.lock. All timestamps are the real wall clock: only durations the tools
-report (a 600 s burn, diag levels) are compressed by GPUFLEET_SIM_TIME_SCALE, so that `journalctl --since` with the
-controller's clock finds what a run produced.
+(rename) or made under an flock on <state>/.lock. Durations the tools report (a 600 s burn, diag levels) are
+compressed by GPUFLEET_SIM_TIME_SCALE; times are the real wall clock plus the node's clock (simulated days advanced
+between runs, `gpufleet-sim clock`), so `journalctl --since` with the controller's clock finds what a run produced.
 """
 
 import contextlib

@@ -2,11 +2,11 @@
 
 A copy of the tracked tree gets the development state a working clone accumulates (virtualenvs, .git, reports and
 simulator state, test output, caches, egg-info); the artifact built from it must hold none of it and everything a
-user needs. Installed into an empty collections path, it must work from a directory outside the clone with no
-ansible.cfg of the repository: ansible-doc finds a module there (and lists the collection without a warning), a
-playbook calls a module by FQCN against the simulator's stand-in nvidia-smi, the collection's own playbook resolves by
-FQCN, and kentino.gpufleet.preflight runs on one simulated node with the user's ansible.cfg that docs/operating.md
-documents (inventories/example/ansible.cfg of the artifact) and writes its report there.
+user needs, and none of the clone's tooling. Installed into an empty collections path, it must work from a directory
+outside the clone with no ansible.cfg of the repository: ansible-doc finds a module there (and lists the collection
+without a warning), a playbook calls a module by FQCN against the simulator's stand-in nvidia-smi, the collection's
+own playbook resolves by FQCN, and the alert rule generators run from it. (kentino.gpufleet.preflight from the
+installed collection, run as docs/operating.md says: tests/integration/test_docs_commands.py.)
 """
 
 import json
@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -33,11 +32,19 @@ JUNK = [".venv/bin/python", ".venv-torch/lib/torch.py", ".venv-min/pyvenv.cfg", 
         "kentino-gpufleet-0.0.1.tar.gz"]
 FORBIDDEN_PARTS = {".venv", ".venv-torch", ".venv-min", ".git", "reports", ".pytest_cache", ".ruff_cache",
                    "__pycache__", ".hypothesis", ".ansible", "collections"}
+# The clone's own tooling: an installed collection does not use it (galaxy.yml's build_ignore).
+DEV_TOOLING = ("tests/", "bench/", "Makefile", "ansible.cfg", "pyproject.toml", ".ansible-lint", ".gitignore",
+               ".config/", "changelogs/fragments/", "execution-environment.yml", "ee/")
+# hack/ ships only what a site reruns with its own options (docs/monitoring.md): the alert rule generators.
+SHIPPED_HACK = {"hack/gen_alert_rules.py", "hack/gen_training_alerts.py", "hack/generated.py"}
 REQUIRED = ["MANIFEST.json", "FILES.json", "meta/runtime.yml", "README.md", "CHANGELOG.md",
             "changelogs/changelog.yaml", "plugins/modules/gpu_facts.py", "plugins/doc_fragments/check_common.py",
             "plugins/module_utils/check_options.py", "plugins/action/fleet_report.py", "roles/os_gate/tasks/main.yml",
             "roles/gpufleet_node_exporter/README.md", "playbooks/provision.yml", "docs/failure-modes.md",
-            "docs/signals.md", "data/xid_catalog.csv", "sim/bin/nvidia-smi", "sim/scenarios/healthy_h100.json"]
+            "docs/signals.md", "data/xid_catalog.csv", "sim/bin/nvidia-smi", "sim/scenarios/healthy_h100.json",
+            "sim/make_inventory.py", "inventories/sim/hosts.yml", "inventories/sim/group_vars/gpufleet_sim.yml",
+            "inventories/example/ansible.cfg", "monitoring/prometheus/gpufleet-alerts.yml",
+            "monitoring/grafana/gpufleet-fleet.json"] + sorted(SHIPPED_HACK)
 
 
 def run(argv, **kwargs):
@@ -93,6 +100,9 @@ def test_artifact_has_what_users_need_and_no_development_state(artifact):
                     if FORBIDDEN_PARTS & set(n.split("/")) or n.startswith(("tests/output", "bench/output"))
                     or n.endswith((".pyc", ".tar.gz")) or ".egg-info" in n)
     assert not leaked, "development state in the artifact: %s" % leaked[:20]
+    tooling = sorted(n for n in names if n.startswith(DEV_TOOLING) or n + "/" in DEV_TOOLING or "/molecule/" in n
+                     or n.endswith("/molecule") or (n.startswith("hack/") and n not in SHIPPED_HACK))
+    assert not tooling, "the clone's tooling in the artifact (galaxy.yml build_ignore): %s" % tooling[:20]
     missing = [r for r in REQUIRED if r not in names]
     assert not missing, "missing from the artifact: %s" % missing
     with tarfile.open(tarball) as tar:
@@ -169,37 +179,24 @@ def test_ansible_doc_lists_the_installed_collection_without_warnings(installed):
     proc = run([str(BIN / "ansible-doc"), "-l", "kentino.gpufleet"], cwd=str(outside), env=env)
     assert "kentino.gpufleet.gpu_facts" in proc.stdout and "kentino.gpufleet.fleet_report" in proc.stdout
     assert "WARNING" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    # docs/operating.md: the roles' listing names the collection and prints no warning either.
+    proc = run([str(BIN / "ansible-doc"), "-t", "role", "-l", "kentino.gpufleet"], cwd=str(outside), env=env)
+    assert "kentino.gpufleet.gpu_monitoring" in proc.stdout and "kentino.gpufleet.dcgm" in proc.stdout
+    assert "WARNING" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    # One role's page looks through every collection, ansible-core's own _protomatter too, which warns: the docs say
+    # so (ansible/ansible#85689). When ansible-core stops warning, this fails: then make docs/operating.md say that.
+    proc = run([str(BIN / "ansible-doc"), "-t", "role", "kentino.gpufleet.dcgm"], cwd=str(outside), env=env)
+    assert "dcgm_expected_gpu_count" in proc.stdout
+    assert "_protomatter' does not have a MANIFEST.json" in proc.stdout + proc.stderr, "update docs/operating.md"
 
 
-def test_preflight_by_fqcn_from_outside_with_the_documented_ansible_cfg(installed):
+@pytest.mark.parametrize("script,page", [("gen_alert_rules.py", "monitoring.md"),
+                                         ("gen_training_alerts.py", "training.md")])
+def test_the_alert_rule_generators_run_from_the_installed_collection(installed, script, page):
+    # docs/monitoring.md: a site regenerates the rules with its scrape interval, job name and docs location.
     work, cpath, root, outside = installed
-    user = outside / "site"
-    user.mkdir()
-    # The user's directory: the ansible.cfg docs/operating.md shows (shipped as inventories/example/ansible.cfg).
-    shutil.copyfile(root / "inventories" / "example" / "ansible.cfg", user / "ansible.cfg")
-    # HOME is a temp directory here, not the user's passwd home: Ansible's async writer expands ~ with $HOME and its
-    # readers (async_status, job_wait) with the passwd entry, so the async directory is given as an absolute path.
-    env = clean_env(work, ANSIBLE_COLLECTIONS_PATH=str(cpath), GPUFLEET_SIM_STATE_ROOT=str(work / "sim-preflight"),
-                    ANSIBLE_ASYNC_DIR=str(work / "async"))
-    for key in ("ANSIBLE_CONFIG", "ANSIBLE_NOCOLOR"):
-        env.pop(key)  # ./ansible.cfg is the configuration, as for a user; piped output needs no NOCOLOR
-    before = datetime.now(UTC).replace(microsecond=0)
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "kentino.gpufleet.preflight",
-                           "-i", str(root / "inventories" / "sim"), "-l", "sim-node01,localhost"],
-                          cwd=str(user), env=env, capture_output=True, text=True, timeout=600)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-4000:]
-    assert "config file = %s" % (user / "ansible.cfg") in run(
-        [str(BIN / "ansible-playbook"), "--version"], cwd=str(user), env=env).stdout
-    report_json = user / "reports" / "latest" / "report.json"
-    assert report_json.is_file(), output[-3000:]
-    doc = json.loads(report_json.read_text())
-    assert doc["playbook"] == "preflight" and [n["host"] for n in doc["nodes"]] == ["sim-node01"]
-    assert doc["nodes"][0]["verdict"] == "pass", doc["nodes"][0]["findings"]
-    for name in ("report.md", "report.html", "junit.xml", "inputs.json"):
-        assert (report_json.parent / name).is_file(), name
-    # The run's own start (run_guard) and the report's time, not one time twice.
-    started, finished = (datetime.fromisoformat(doc[k]) for k in ("started", "finished"))
-    assert before <= started < finished, (before, started, finished)
-    assert "| sim-node01 | PASS |" in output and "HTML report: reports/" in output
-    assert "[WARNING]" not in output and "\x1b[" not in output, output[-3000:]
+    out = outside / ("site-" + script + ".yml")
+    run([sys.executable, str(root / "hack" / script), "--scrape-interval", "15s", "--docs-base-url",
+         "https://wiki.example.com/gpufleet", "--output", str(out)], cwd=str(outside), env=clean_env(work))
+    text = out.read_text()
+    assert "runbook_url: https://wiki.example.com/gpufleet/%s#" % page in text and "15s" in text

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, codes, nodes_by_host, run_playbook
+from helpers.sim_processes import kill_tree
+from helpers.sim_processes import node_processes as _sim_processes
 
 # With test_sim_burn_in.py: both read the demo's session run (burn_in_run), made once on one worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
@@ -26,22 +28,6 @@ def _findings(report):
     """What must be the same from one run to the next: per node, the verdict and the sorted findings."""
     return {n["host"]: (n["verdict"], sorted((f["code"], f["severity"], f["gpu"], f["check"]) for f in n["findings"]))
             for n in report["nodes"]}
-
-
-def _sim_processes(state_root):
-    """Stand-in tools still running for this test's simulated nodes (they carry the state directory in their env)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as fh:
-                if str(state_root).encode() in fh.read():
-                    with open("/proc/%s/cmdline" % pid, "rb") as fh:
-                        found.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue
-    return found
 
 
 def _inventory(tmp_path, scenarios):
@@ -149,7 +135,7 @@ def test_ctrl_c_mid_burn_stops_the_nodes_work_and_leaves_an_interrupted_report(t
     assert [n["verdict"] for n in report["nodes"]] == ["pass", "pass"]
 
 
-def test_a_rerun_right_after_ctrl_c_stops_the_leftovers_instead_of_refusing_the_node(tmp_path):
+def test_a_rerun_after_a_dead_controller_stops_the_leftovers_instead_of_refusing_the_node(tmp_path):
     state = tmp_path / "sim-state"
     reports = tmp_path / "reports"
     inv = _inventory(tmp_path, ["healthy_h100"])
@@ -162,7 +148,8 @@ def test_a_rerun_right_after_ctrl_c_stops_the_leftovers_instead_of_refusing_the_
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not any("gpu_burn" in p for p in _sim_processes(state)):
         time.sleep(1)
-    proc.send_signal(signal.SIGINT)
+    # A controller that dies with its workers (Ctrl-C stops the node's work itself): the work is left over.
+    kill_tree(proc.pid)
     proc.wait(timeout=120)
     assert any("gpu_burn" in p for p in _sim_processes(state)), "nothing left over to test with"
     rc, output, report = run_playbook("burn_in", tmp_path, inventory=inv, extra={"gpufleet_burn_duration_s": 60})

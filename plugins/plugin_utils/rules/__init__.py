@@ -40,6 +40,7 @@ CODES = {
     "CONFIG_INVALID": ("error", "an inventory threshold of the wrong type (the default is used meanwhile)"),
     "RESULT_INVALID": ("error", "a result that does not match its module's schema; the message names the key"),
     "RULE_ERROR": ("error", "a rule crashed on this node's data (a bug: report it with report.json)"),
+    "VARIABLE_UNREADABLE": ("error", "a gpufleet_* variable of the host does not template; the message says why"),
 }
 
 # A finding that says a tool every other reading depends on failed -> the codes that, on that node, follow from it.
@@ -234,6 +235,11 @@ def evaluate_node(host, hv, in_play_hosts=None):
         node.add("error", "CONFIG_INVALID", message, "correct the inventory variable and rerun", [message],
                  check="config")
     results = _results(hv)
+    # What hostvars.read_host could not read (a value that does not template) comes as this pseudo result.
+    for message in _mapping(results.pop("report_input", None)).get("reasons") or []:
+        node.add("error", "VARIABLE_UNREADABLE", message,
+                 "fix that variable of %s in the inventory (the message says why it does not template), then rerun"
+                 % host, [message], check="config")
     facts, xid_reads = _facts(node, hv)
     read = {}
     for name, _rule in CHECKS:

@@ -34,6 +34,19 @@ _SSH_ERRORS = (
 )
 
 
+def interrupted_cleanup(cleanup):
+    """(evidence, action) of an interrupted node from what the run_record callback's stop did there (its
+    gpufleet_interrupt_cleanup: {"stopped", "msg"} or {"error"}; absent when it could not try)."""
+    if isinstance(cleanup, dict) and isinstance(cleanup.get("stopped"), list):
+        return ("stopped on the node before this report: %s" % (cleanup.get("msg") or "%d process group(s)"
+                                                                 % len(cleanup["stopped"])), "rerun")
+    why = cleanup.get("error") if isinstance(cleanup, dict) else None
+    return ("the run's work on the node was not stopped%s" % (": %s" % why if why else
+                                                             " (the run_record callback did not run the stop)"),
+            "its checks stop by themselves when the run's lease lapses (gpufleet_lease_timeout_s); "
+            "`gpufleet abort` (or playbooks/abort.yml) stops them at once; then rerun")
+
+
 def ssh_reason(message):
     """(short reason, action) from an Ansible unreachable message."""
     for regex, reason, action in _SSH_ERRORS:
@@ -90,9 +103,9 @@ def apply(node, hv, results, in_play_hosts):
     else:
         return True, stage
     if hv.get("gpufleet_interrupted"):
+        stopped, action = interrupted_cleanup(hv.get("gpufleet_interrupt_cleanup"))
         node.add("error", "RUN_INTERRUPTED", "%s: the run was interrupted at stage %s" % (node.host, stage or "start"),
-                 "rerun; the node-side work stopped by itself when the controller stopped waiting", [why],
-                 check="run")
+                 action, [why, stopped], check="run")
         return True, stage
     node.add("unreachable", "UNREACHABLE", "%s: %s" % (node.host, why),
              "bring %s back (power, network, sshd), check the BMC/console log for a crash, then rerun from stage %s"

@@ -65,6 +65,33 @@ def test_the_live_view_shows_each_node_its_stage_verdict_so_far_and_the_burn(tmp
     assert "fleet: 2 done · 1 unreachable" in console.export_text()
 
 
+@pytest.mark.parametrize("width,names", [
+    (80, ["sim-node%02d" % i for i in range(1, 10)]),
+    (60, ["sim-node%02d" % i for i in range(1, 10)]),
+    (80, ["gpu-node-rack12-u07.dc1", "gpu-node-rack12-u09.dc1"]),
+])
+def test_node_names_are_never_cut_other_columns_give_way(width, names):
+    clock = Clock()
+    view = RunView("burn_in", clock=clock)  # no planned burn given: the default's 10 minutes
+    for host in names:
+        view.handle(ev("runner_on_start", host, "Stage | Enter burn"))
+        view.handle(ev("runner_on_ok", host, "Stage | Enter burn", {"ansible_facts": {"gpufleet_stage": "burn"}}))
+        view.handle(ev("runner_on_ok", host, "Facts", {"verdict": "warn"}))
+    clock.now += 150
+    console = Console(record=True, width=width, force_terminal=False, color_system=None)
+    console.print(view)
+    lines = console.export_text().splitlines()
+    for host in names:
+        row = [line for line in lines if line.startswith(host + " ")]
+        assert len(row) == 1, "%s cut or missing at %d columns:\n%s" % (host, width, "\n".join(lines))
+        assert "WARN" in row[0], row[0]
+        if width >= 80:
+            assert "2:30 / 10:00" in row[0] and "running" in row[0], row[0]
+    assert max(len(line.rstrip()) for line in lines) <= width
+    body = [line for line in lines if "│" in line]  # the rows' column separator
+    assert len(body) == len(names), "one line per node, nothing wrapped:\n" + "\n".join(lines)
+
+
 def test_exit_codes():
     nodes = lambda *v: {"nodes": [{"verdict": x} for x in v]}  # noqa: E731
     assert commands.exit_code(nodes("pass", "pass")) == 0

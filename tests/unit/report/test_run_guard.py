@@ -90,3 +90,23 @@ def test_every_variable_the_playbooks_and_the_role_read_is_in_the_one_list():
                      and not n.endswith("_"))
     assert not unknown, unknown
     assert not hasattr(run_guard, "PLAYBOOK_VARS") and not hasattr(run_guard, "RUNTIME_VARS")
+
+
+def test_what_the_controllers_configuration_lacks_is_named_with_its_fix():
+    assert run_guard.controller_config_warnings(["kentino.gpufleet.run_record"], 64, 9) == []
+    missing = run_guard.controller_config_warnings([], 5, 9)
+    assert len(missing) == 2
+    assert "kentino.gpufleet.run_record is not enabled" in missing[0] and "callbacks_enabled =" in missing[0]
+    assert "forks is 5 for 9 nodes" in missing[1] and "2 rounds" in missing[1] and "forks = 9" in missing[1]
+    assert all("inventories/example/ansible.cfg" in m for m in missing)
+    assert run_guard.controller_config_warnings(["kentino.gpufleet.run_record"], 9, 9) == []
+
+
+def test_a_new_relative_reports_directory_is_said_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    note = run_guard.new_reports_note("reports")
+    assert note and str(tmp_path / "reports") in note and "absolute path" in note
+    assert run_guard.new_reports_note(str(tmp_path / "reports")) is None  # an absolute directory was chosen
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "latest").symlink_to("20261201T000000Z-abcdef")  # an earlier run's
+    assert run_guard.new_reports_note("reports") is None

@@ -114,6 +114,42 @@ def test_generated_inventory_renders_the_environment(tmp_path):
     assert rendered["PATH"].startswith(str(BIN) + ":") and rendered["GPUFLEET_SIM_TIME_SCALE"] == "0.01"
 
 
+def _render_environment(inventory, cwd, *args, state_root=None):
+    """gpufleet_environment of sim-node02 as a play sees it, run from `cwd` (ansible-playbook's stdout on failure)."""
+    play = cwd / "play.yml"
+    play.write_text("- hosts: sim-node02\n  gather_facts: false\n  tasks:\n    - ansible.builtin.copy:\n"
+                    "        content: \"{{ gpufleet_environment | to_json }}\"\n"
+                    "        dest: \"%s/env.json\"\n" % cwd)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUFLEET_SIM_STATE_ROOT", "GPUFLEET_SIM_TIME_SCALE")}
+    if state_root:
+        env["GPUFLEET_SIM_STATE_ROOT"] = str(state_root)
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(play)] +
+                         list(args), capture_output=True, text=True, env=env, cwd=str(cwd), timeout=120)
+    return json.loads((cwd / "env.json").read_text()) if res.returncode == 0 else res.stdout + res.stderr
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "ansible-playbook").exists(), reason="needs the project venv")
+def test_the_sim_state_goes_under_the_runs_reports_directory_not_into_the_collection(tmp_path):
+    # In place, as from an installed collection: nothing is written beside the inventory.
+    rendered = _render_environment(REPO / "inventories" / "sim", tmp_path)
+    assert rendered["GPUFLEET_SIM_STATE"] == str(tmp_path / "reports" / "sim-state" / "sim-node02"), rendered
+    assert rendered["PATH"].startswith(str(BIN) + ":")
+    rendered = _render_environment(REPO / "inventories" / "sim", tmp_path, "-e",
+                                   "gpufleet_report_dir=%s" % (tmp_path / "site-reports"))
+    assert rendered["GPUFLEET_SIM_STATE"] == str(tmp_path / "site-reports" / "sim-state" / "sim-node02")
+    rendered = _render_environment(REPO / "inventories" / "sim", tmp_path, state_root=tmp_path / "st")
+    assert rendered["GPUFLEET_SIM_STATE"] == str(tmp_path / "st" / "sim-node02")
+
+
+@pytest.mark.skipif(not (REPO / ".venv" / "bin" / "ansible-playbook").exists(), reason="needs the project venv")
+def test_a_copied_sim_inventory_says_where_the_stand_ins_are_not(tmp_path):
+    copy = tmp_path / "my-sim"
+    shutil.copytree(REPO / "inventories" / "sim", copy)
+    out = _render_environment(copy, tmp_path)
+    assert isinstance(out, str), "a copy elsewhere found stand-ins: %s" % out
+    assert "simulated fleet's stand-in tools are not in" in out and "in place" in out, out[-2000:]
+
+
 def test_stand_ins_work_installed_elsewhere_behind_links(sim, tmp_path):
     # The test fleet's .deb puts the package in /usr/lib/gpufleet-sim with links in /usr/bin.
     lib = tmp_path / "usr" / "lib" / "gpufleet-sim"

@@ -98,7 +98,7 @@ def test_stop_leftovers_kills_only_the_groups_other_runs_recorded(tmp_path, slee
     cur_lease.record(current.pid, ["sleep", "300"])
     # `stranger` is someone else's process: never recorded, never touched
     stopped = stop_leftovers(state, keep=lambda run_id: run_id == "run-now", grace_s=2.0)
-    assert stopped == [{"run_id": "run-old", "pgid": old.pid, "argv": ["sleep", "300"], "killed": True}]
+    assert stopped == [{"run_id": "run-old", "pgid": old.pid, "argv": ["sleep", "300"], "kind": "tool", "killed": True}]
     assert old.wait(timeout=10) == -15, "SIGTERM ended it within the grace period"
     assert current.poll() is None and stranger.poll() is None
     assert _alive(current.pid) and _alive(stranger.pid)

@@ -100,3 +100,14 @@ def test_a_node_without_nvswitches_installs_nothing_and_says_why(run):
     assert steps == ["Refuse an unsupported operating system", "Refuse a malformed driver or fabric manager version",
                      "Look for NVSwitches (PCI class 0680 of NVIDIA, NVLink 5 switch management bridges)",
                      "Decide which fabric the node has", "Say why nothing is installed on this node"], steps
+
+
+@pytest.mark.parametrize("role", ["gpu_monitoring", "audit_timer", "elastic_training"])
+def test_a_documentation_url_the_unit_cannot_carry_is_refused_before_any_change(run, role):
+    # A newline (a directive of its own in the unit), a space (systemd splits Documentation= there), a % (a specifier).
+    host = run[role + "_docs_url"]
+    assert len(host["failed"]) == 1, host
+    name, msg = host["failed"][0]
+    assert name.endswith("Refuse a documentation URL the unit cannot carry"), name
+    assert "%s_docs_url: %s_docs_base_url must be an http:// or https:// URL" % (role, role) in msg
+    assert host["changed"] == []

@@ -1,0 +1,54 @@
+"""argparse types of the gpufleet command's options: a value out of range is a usage error naming the option (exit 2),
+never replaced by a default or read as something else further on."""
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+
+def _number(text, kind):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a %s" % (text, "whole number" if kind is int else "number")) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError("%r is not a finite number" % text)
+    return value
+
+
+def _at_least(kind, minimum, strictly):
+    """An argparse type: a finite `kind` above `minimum` (strictly) or not below it."""
+    def parse(text):
+        value = _number(text, kind)
+        if value < minimum or (strictly and value == minimum):
+            raise argparse.ArgumentTypeError("must be %s, got %s" % (
+                "greater than %s" % minimum if strictly else "%s or more" % minimum, text))
+        return value
+    return parse
+
+
+positive_int = _at_least(int, 0, strictly=True)
+index = _at_least(int, 0, strictly=False)
+positive_float = _at_least(float, 0, strictly=True)
+non_negative_float = _at_least(float, 0, strictly=False)
+
+
+def existing_dir(text):
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError("%s is not a directory%s" % (
+            text, "" if Path(text).exists() else " (it does not exist)"))
+    return text
+
+
+def output_file(text):
+    """A file to write: its directory exists and is writable, and it is not itself a directory."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError("%s is a directory: give a file name" % text)
+    parent = path.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError("cannot write %s: directory %s does not exist" % (text, parent))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError("cannot write %s: directory %s is not writable" % (text, parent))
+    return text
