@@ -2,8 +2,8 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """One verdict for the hung job, its confidence, and the findings (pure, stdlib only).
 
-Candidates are ranks named by the dumps (never joined the stuck collective, ran another collective, GPU never started
-it, left no dump) and by the logs (behind in its group, another collective at the same sequence, silent, earlier
+Candidates are ranks named by the dumps (never joined the stuck collective or joined it after the others' timeout,
+ran another collective, GPU never started it, left no dump) and by the logs (behind in its group, another collective at the same sequence, silent, earlier
 sequence). A rank named by both scores higher. Then the join: the rank's GPU, that GPU's hardware issue in the window.
 Confidence:
   high    the rank is proven (dumps or process-group status) and the cause is in evidence: a hardware issue on its
@@ -20,7 +20,7 @@ from __future__ import annotations
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import rel_text, weight
 
 CHECK = "job_postmortem"
-SCORES = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1,
+SCORES = {"never_joined": 3, "late_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1,
           "pg_status": 2, "op_mismatch": 2, "silent": 1, "earlier_seq": 1}
 LEVELS = ("none", "low", "medium", "high")
 
