@@ -49,9 +49,7 @@ def test_a_second_run_into_the_same_reports_directory_says_another_run_is_in_pro
                               json.dumps({"gpufleet_report_dir": str(reports), "gpufleet_burn_duration_s": 3000})],
                              cwd=REPO, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while not (reports / ".gpufleet-run.lock").exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
+        _wait_for((reports / ".gpufleet-run.lock").exists, 120, "the first run's lock")
         second = _playbook(tmp_path, "playbooks/preflight.yml", "-l", "sim-node02,localhost", "-e",
                            json.dumps({"gpufleet_report_dir": str(reports)}))
         assert second.returncode != 0 and "another run is in progress" in second.stdout, second.stdout[-2000:]
@@ -68,20 +66,48 @@ def test_the_wait_shows_progress_not_a_retry_line_per_poll(tmp_path):
     assert "FAILED - RETRYING" not in output
 
 
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("%s not seen within %s s" % (what, timeout))
+
+
+def _node_processes(tmp_path, node, words):
+    """PIDs of this test's simulated node whose command line holds `words`: known by the node's state directory in
+    their environment (an async task's processes leave the playbook's process tree), never by a machine-wide pattern
+    that another run on this machine would match too."""
+    marker = ("GPUFLEET_SIM_STATE=%s" % (tmp_path / "sim-state" / node)).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ")
+            if words.encode() not in cmdline:
+                continue
+            with open("/proc/%s/environ" % entry, "rb") as fh:
+                if marker in fh.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
+
+
 def test_abort_stops_what_an_interrupted_run_left(tmp_path):
     run = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "playbooks/burn_in.yml", "-l", "sim-node01,localhost", "-e",
                             json.dumps({"gpufleet_report_dir": str(tmp_path / "reports"),
                                         "gpufleet_burn_duration_s": 6007, "gpufleet_lease_timeout_s": 600})],
                            cwd=REPO, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    burning = False
-    while time.monotonic() < deadline and not burning:
-        burning = subprocess.run(["pgrep", "-f", "sim/bin/gpu_burn -m 90% 6007"], capture_output=True).returncode == 0
-        time.sleep(0.5)
-    run.kill()  # a controller that dies: no callback, no report play, a lease that would run for 10 minutes
-    run.wait()
-    assert burning, "the burn never started"
+    try:
+        _wait_for(lambda: _node_processes(tmp_path, "sim-node01", "sim/bin/gpu_burn -m 90% 6007"), 120,
+                  "the burn on sim-node01")
+    finally:
+        run.kill()  # a controller that dies: no callback, no report play, a lease that would run for 10 minutes
+        run.wait()
     proc = _playbook(tmp_path, "playbooks/abort.yml", "-l", "sim-node01")
     assert proc.returncode == 0 and "1 process group(s) stopped" in proc.stdout, proc.stdout[-2000:]
-    time.sleep(1)
-    assert subprocess.run(["pgrep", "-f", "sim/bin/gpu_burn -m 90% 6007"], capture_output=True).returncode == 1
+    _wait_for(lambda: not _node_processes(tmp_path, "sim-node01", "sim/bin/gpu_burn"), 30, "no gpu_burn left")

@@ -212,11 +212,12 @@ def test_drain_waits_for_a_fresh_checkpoint_then_stops_and_keeps_the_node_out(no
                                                                         "riser swap"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "drain requested" in r.stdout
-    time.sleep(1.5)
-    assert proc.poll() is None  # still waiting for the job's next checkpoint
+    elasticlib.wait_for(lambda: state(tmp_path).get("draining"), 20, "the launcher seeing the drain")
+    assert proc.poll() is None  # it saw the request and waits for the job's next checkpoint
     gpufleet_ckpt.save(str(tmp_path / "ckpt"), 7, lambda d: open(d + "/s", "w").write("x"))
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == el.EXIT_STOPPED and "stopping torchrun (drained)" in err, err
+    assert "drain requested (riser swap): stopping torchrun after the job's next checkpoint (at most 30.0 s)" in err
     status = json.loads(run("status").stdout)
     assert status["drain"]["reason"] == "riser swap" and status["checkpoint"]["step"] == 7
     # a restart of the service does not rejoin while drained
