@@ -201,6 +201,22 @@ def test_dmesg_source_skips_what_it_read_before(tmp_path, sim):
         w.stop()
 
 
+def status_when(w, predicate, timeout=15.0):
+    """The watcher's status file once it satisfies predicate."""
+    deadline = time.monotonic() + timeout
+    status = {}
+    while time.monotonic() < deadline:
+        path = w.state_dir / "xid-watcher.status.json"
+        try:
+            status = json.loads(path.read_text())
+        except (OSError, ValueError):
+            status = {}
+        if predicate(status):
+            return status
+        time.sleep(0.1)
+    raise AssertionError("status not reached in %s s: %s\n%s" % (timeout, status, w.log()[-2000:]))
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the watcher as another user")
 def test_an_unwritable_metrics_directory_is_reported_and_recovered(sim):
     # As root every directory is writable: run the watcher as nobody, as the service runs as its own user.
@@ -221,22 +237,15 @@ def test_an_unwritable_metrics_directory_is_reported_and_recovered(sim):
         w.metrics_dir.chmod(0o555)  # e.g. an operator's chown, a read-only remount
         with open(kern, "a") as fh:
             fh.write("%s host kernel: [ 1.0] %s\n" % (time.strftime("%b %e %H:%M:%S"), XID79.format(bus="c1")))
-        deadline = time.monotonic() + 10
-        status = {}
-        while time.monotonic() < deadline:
-            status_path = w.state_dir / "xid-watcher.status.json"
-            status = json.loads(status_path.read_text()) if status_path.exists() else {}
-            if status.get("textfile_ok") is False:
-                break
-            time.sleep(0.1)
-        assert status.get("textfile_ok") is False and "Permission denied" in status["textfile_error"]["error"]
+        status = status_when(w, lambda st: st.get("textfile_ok") is False)
+        assert "Permission denied" in status["textfile_error"]["error"]
         assert "cannot write" in w.log() and "keeps reading the kernel log" in w.log()
         assert w.proc.poll() is None
         w.metrics_dir.chmod(0o755)
         m = w.wait_for(lambda m: xids(m) == 1, what="the event once writable again")
         assert value(m, "gpufleet_gpu_lost", pci="0000:c1:00") == 1
         assert "writable again" in w.log()
-        assert json.loads((w.state_dir / "xid-watcher.status.json").read_text())["textfile_ok"] is True
+        status_when(w, lambda st: st.get("textfile_ok") is True)  # written right after the textfile
         assert stat.S_IMODE(os.stat(w.prom).st_mode) == 0o644
         w.stop()
     finally:
