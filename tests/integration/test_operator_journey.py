@@ -16,6 +16,7 @@ import time
 import pytest
 import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, codes, nodes_by_host, run_playbook
+from helpers.sim_processes import sim_processes
 
 pytestmark = pytest.mark.slow
 
@@ -24,22 +25,6 @@ def _findings(report):
     """What must be the same from one run to the next: per node, the verdict and the sorted findings."""
     return {n["host"]: (n["verdict"], sorted((f["code"], f["severity"], f["gpu"], f["check"]) for f in n["findings"]))
             for n in report["nodes"]}
-
-
-def _sim_processes(state_root):
-    """Stand-in tools still running for this test's simulated nodes (they carry the state directory in their env)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as fh:
-                if str(state_root).encode() in fh.read():
-                    with open("/proc/%s/cmdline" % pid, "rb") as fh:
-                        found.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue
-    return found
 
 
 def _inventory(tmp_path, scenarios):
@@ -108,9 +93,9 @@ def test_ctrl_c_mid_burn_stops_the_nodes_work_and_leaves_an_interrupted_report(t
     proc = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "playbooks/burn_in.yml", "-i", inv, "-e", extra], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not any("gpu_burn" in p for p in _sim_processes(state)):
+    while time.monotonic() < deadline and not any("gpu_burn" in p for p in sim_processes(state)):
         time.sleep(1)
-    assert any("gpu_burn" in p for p in _sim_processes(state)), "the burn never started"
+    assert any("gpu_burn" in p for p in sim_processes(state)), "the burn never started"
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=120)
@@ -120,9 +105,9 @@ def test_ctrl_c_mid_burn_stops_the_nodes_work_and_leaves_an_interrupted_report(t
     assert all(n["stage"] == "burn" and "RUN_INTERRUPTED" in codes(n) for n in report["nodes"])
     assert not (reports / ".gpufleet-run.lock").exists(), "the interrupted run kept the reports lock"
     deadline = time.monotonic() + 60  # the lease (10 s) expires: the nodes stop their tools by themselves
-    while time.monotonic() < deadline and _sim_processes(state):
+    while time.monotonic() < deadline and sim_processes(state):
         time.sleep(1)
-    assert _sim_processes(state) == []
+    assert sim_processes(state) == []
 
     rc, output, report = run_playbook("burn_in", tmp_path, inventory=inv, extra={"gpufleet_burn_duration_s": 60})
     assert rc == 0 and report is not None, output[-3000:]
@@ -140,14 +125,14 @@ def test_a_rerun_right_after_ctrl_c_stops_the_leftovers_instead_of_refusing_the_
     proc = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "playbooks/burn_in.yml", "-i", inv, "-e", extra], cwd=REPO,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not any("gpu_burn" in p for p in _sim_processes(state)):
+    while time.monotonic() < deadline and not any("gpu_burn" in p for p in sim_processes(state)):
         time.sleep(1)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
-    assert any("gpu_burn" in p for p in _sim_processes(state)), "nothing left over to test with"
+    assert any("gpu_burn" in p for p in sim_processes(state)), "nothing left over to test with"
     rc, output, report = run_playbook("burn_in", tmp_path, inventory=inv, extra={"gpufleet_burn_duration_s": 60})
     assert rc == 0 and report["nodes"][0]["verdict"] == "pass", output[-3000:]
-    assert not any("6000" in p for p in _sim_processes(state))
+    assert not any("6000" in p for p in sim_processes(state))
 
 
 @pytest.mark.parametrize("scenario,code", [("nvidia_smi_junk", "GPU_FACTS_UNREADABLE"),

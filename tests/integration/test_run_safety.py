@@ -10,6 +10,7 @@ import time
 
 import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, run_playbook
+from helpers.sim_processes import sim_processes
 
 
 def _env(tmp_path):
@@ -75,39 +76,18 @@ def _wait_for(predicate, timeout, what):
     raise AssertionError("%s not seen within %s s" % (what, timeout))
 
 
-def _node_processes(tmp_path, node, words):
-    """PIDs of this test's simulated node whose command line holds `words`: known by the node's state directory in
-    their environment (an async task's processes leave the playbook's process tree), never by a machine-wide pattern
-    that another run on this machine would match too."""
-    marker = ("GPUFLEET_SIM_STATE=%s" % (tmp_path / "sim-state" / node)).encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % entry, "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ")
-            if words.encode() not in cmdline:
-                continue
-            with open("/proc/%s/environ" % entry, "rb") as fh:
-                if marker in fh.read().split(b"\0"):
-                    found.append(int(entry))
-        except OSError:
-            continue  # gone, or not ours to read
-    return found
-
-
 def test_abort_stops_what_an_interrupted_run_left(tmp_path):
+    node = tmp_path / "sim-state" / "sim-node01"  # this test's node: its processes carry it in their environment
     run = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "playbooks/burn_in.yml", "-l", "sim-node01,localhost", "-e",
                             json.dumps({"gpufleet_report_dir": str(tmp_path / "reports"),
                                         "gpufleet_burn_duration_s": 6007, "gpufleet_lease_timeout_s": 600})],
                            cwd=REPO, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: _node_processes(tmp_path, "sim-node01", "sim/bin/gpu_burn -m 90% 6007"), 120,
+        _wait_for(lambda: any("sim/bin/gpu_burn -m 90% 6007" in p for p in sim_processes(node)), 120,
                   "the burn on sim-node01")
     finally:
         run.kill()  # a controller that dies: no callback, no report play, a lease that would run for 10 minutes
         run.wait()
     proc = _playbook(tmp_path, "playbooks/abort.yml", "-l", "sim-node01")
     assert proc.returncode == 0 and "1 process group(s) stopped" in proc.stdout, proc.stdout[-2000:]
-    _wait_for(lambda: not _node_processes(tmp_path, "sim-node01", "sim/bin/gpu_burn"), 30, "no gpu_burn left")
+    _wait_for(lambda: not any("sim/bin/gpu_burn" in p for p in sim_processes(node)), 30, "no gpu_burn left")
