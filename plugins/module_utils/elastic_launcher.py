@@ -310,9 +310,10 @@ class Launcher:
             if not draining and stopping_since is None and os.path.exists(drain_file(self.cfg)):
                 draining = True  # said once: the drain waits for the job's next checkpoint (or stops now)
                 marker = read_json(drain_file(self.cfg)) or {}
-                self.log("drain requested%s: stopping torchrun after the job's next checkpoint (at most %s s)" % (
-                    " (%s)" % marker["reason"] if marker.get("reason") else "", marker.get("wait_checkpoint_s") or 0),
-                    "notice")
+                wait_s = marker.get("wait_checkpoint_s") or 0
+                self.log("drain requested%s: stopping torchrun %s" % (
+                    " (%s)" % marker["reason"] if marker.get("reason") else "",
+                    "after the job's next checkpoint (at most %s s)" % wait_s if wait_s else "now"), "notice")
                 self.state("running", argv=argv, draining=True)
             if stopping_since is None and (self.stop_reason or self.drain_due()):
                 self.stop_reason = self.stop_reason or "drained"
