@@ -75,17 +75,16 @@ test: system-deps lint sanity unit test-min integration test-fleet
 
 # The timing-sensitive suites with a CPU hog beside them (stress-ng, 2 workers per core): no verdict may depend on the
 # machine's load. Elastic restarts, the post-mortem on real jobs, the CLI's live view, the XID watcher and the
-# simulator's journal follower, then the test fleet's kill tests (under the fleet lock, as every fleet run takes it).
-# The hog runs only while these run and is stopped whatever their outcome.
+# simulator's journal follower; then the test fleet's kill tests, under the fleet lock as every fleet run (the hog
+# runs only while tests run, not while the lock is awaited).
 STRESS_CPUS ?= $(shell echo $$(( 2 * $$(nproc) )))
 STRESS_SUITES := tests/unit/elastic tests/unit/postmortem tests/unit/cli/test_cli_live.py tests/unit/monitoring \
   tests/unit/sim/test_journal_follow.py
 STRESS_FLEET := tests/fleet/test_fleet_failures.py tests/fleet/test_fleet_burn_in.py -k kill
 test-stress: system-deps venv torch-venv
-	@echo "test-stress: stress-ng --cpu $(STRESS_CPUS) beside the timing-sensitive suites"
-	stress-ng --cpu $(STRESS_CPUS) --timeout 4h --quiet & hog=$$!; trap 'kill $$hog; wait $$hog' EXIT; \
-	  $(BIN)/pytest -q --durations=10 $(STRESS_SUITES) && \
-	  flock /tmp/gpufleet-fleet.lock $(BIN)/pytest -q --durations=10 -m fleet $(STRESS_FLEET)
+	hack/with-cpu-hog $(STRESS_CPUS) $(BIN)/pytest -q --durations=10 $(STRESS_SUITES)
+	flock /tmp/gpufleet-fleet.lock hack/with-cpu-hog $(STRESS_CPUS) $(BIN)/pytest -q --durations=10 -m fleet \
+	  $(STRESS_FLEET)
 
 # The burn-in on the simulated 9-node fleet (inventories/sim, the default inventory in ansible.cfg). Planted faults
 # make nodes fail: that is the demo, so the gate is off here (gpufleet_fail_on=never); real runs keep it on.
