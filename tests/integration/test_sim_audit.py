@@ -118,8 +118,7 @@ def test_drift_staleness_and_the_history_of_a_node_never_reached(tmp_path):
 
 def test_a_node_twenty_percent_below_its_own_burn_in_baseline_is_flagged(tmp_path):
     hosts = {"slow1": "h100_slowing", "ok1": "healthy_h100"}
-    # A short burn; no DCGM, NCCL or checkpoint write (this machine's disk speed varies with the other tests): the
-    # baseline under test is gpu-burn's Gflop/s per GPU.
+    # A short burn; no DCGM, NCCL or checkpoint write: the baseline under test is gpu-burn's Gflop/s per GPU.
     inv = inventory(tmp_path, hosts)
     short = {"gpufleet_burn_duration_s": 120, "gpufleet_dcgm_enabled": False, "gpufleet_nccl_enabled": False,
              "gpufleet_checkpoint_path": ""}
