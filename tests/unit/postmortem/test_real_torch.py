@@ -45,7 +45,7 @@ def run_job(tmp_path, mode, rank, nproc=3, sleep_s=3600):
     with open(log, "w") as fh:
         proc = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node=%d" % nproc, str(ENTRY), "--mode",
                                mode, "--rank", str(rank), "--timeout-s", "3", "--sleep-s", str(sleep_s)], stdout=fh,
-                              stderr=subprocess.STDOUT, env=env, timeout=240)
+                              stderr=subprocess.STDOUT, env=env, timeout=600)
     assert proc.returncode != 0  # the job must really fail
     return log, dumps
 
