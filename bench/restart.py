@@ -89,7 +89,10 @@ def one_run(tree, base, args, index):
     lost = max(s["step"] for s in log if s["restart"] == 0 and s["t"] <= killed_at) - resumed
     same = all(abs(s["loss"] - before[s["step"]]) <= 1e-6 * max(1.0, abs(before[s["step"]]))
                for s in after if s["step"] in before)
-    backoff = json.loads((a_root / "state" / "workers" / "local0.json").read_text())["backoff_s"]
+    # the node whose worker was killed backs off; the other only when its agent saw its own worker fail first (not the
+    # membership change)
+    backoff = max(json.loads((root / "state" / "workers" / "local0.json").read_text())["backoff_s"]
+                  for root, _proc in nodes)
     return {"seconds": after[0]["t"] - killed_at, "backoff_s": backoff, "steps_lost": lost, "resumed_from": resumed,
             "same_losses": same, "finished_at_step": log[-1]["step"]}
 

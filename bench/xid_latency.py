@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast an XID line in a followed kernel log reaches the watcher's textfile, and what following costs.
 
-One run: the XID watcher (its entry script, file source, default poll and write intervals) follows a log file while
+One run: the XID watcher (its entry script, file source, default read and write intervals) follows a log file while
 this script appends syslog-style lines: a steady phase (2,000 lines/s with an XID line every 0.5 s) and a burst (10,000
 noise lines at once, then an XID line). Every XID line names a new PCI address, so the moment the textfile holds its
 series is the moment the watcher counted it. Printed: p50/p99 of write -> textfile delay, the watcher's CPU seconds per
@@ -187,9 +187,9 @@ def main(argv=None):
     print("XID -> textfile delay   p50 %.3f s  p99 %.3f s  max %.3f s  burst line %.3f s  (missing: %s)"
           % (percentile(delays, 0.5), percentile(delays, 0.99), max(delays) if delays else float("nan"),
              seen.first.get(burst_pci, float("nan")) - written[burst_pci], missing or "none"))
-    print("watcher CPU, whole run  %.4f s = %.5f s per 1,000 lines (polls, %d event writes with fsync, scans); "
-          "peak RSS %.1f MiB" % (cpu, per_1k, len(written), rss))
-    print("watcher CPU, the burst  %.4f s = %.5f s per 1,000 lines (one read and scan, one event write)"
+    print("watcher CPU, whole run  %.4f s = %.5f s per 1,000 lines (waits, reads, scans, textfile writes for %d "
+          "events, state saves); peak RSS %.1f MiB" % (cpu, per_1k, len(written), rss))
+    print("watcher CPU, the burst  %.4f s = %.5f s per 1,000 lines (its reads and scans, one event write)"
           % (cpu_burst, burst_per_1k))
     print("grep -F NVRM CPU        %.5f s per 1,000 lines over the whole file, %.5f over the burst (process start "
           "included; mean of %d passes)" % (grep_per_1k, grep_burst_per_1k, runs))

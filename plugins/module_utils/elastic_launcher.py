@@ -302,10 +302,19 @@ class Launcher:
             self.log("cannot start %s: %s (fix elastic_training_torchrun)" % (argv[0], exc), "err")
             return None
         stopping_since = None
+        draining = False
         while True:
             rc = self.proc.poll()
             if rc is not None:
                 return rc
+            if not draining and stopping_since is None and os.path.exists(drain_file(self.cfg)):
+                draining = True  # said once: the drain waits for the job's next checkpoint (or stops now)
+                marker = read_json(drain_file(self.cfg)) or {}
+                wait_s = marker.get("wait_checkpoint_s") or 0
+                self.log("drain requested%s: stopping torchrun %s" % (
+                    " (%s)" % marker["reason"] if marker.get("reason") else "",
+                    "after the job's next checkpoint (at most %s s)" % wait_s if wait_s else "now"), "notice")
+                self.state("running", argv=argv, draining=True)
             if stopping_since is None and (self.stop_reason or self.drain_due()):
                 self.stop_reason = self.stop_reason or "drained"
                 self.log("stopping torchrun (%s)" % self.stop_reason, "notice")

@@ -24,7 +24,8 @@ Series (labels training_job, rank, local_rank):
   compute(), when used), gpufleet_training_memory_allocated_bytes / _max_reserved_bytes{memory="cuda"|"rss"}
   (torch.cuda.memory_allocated / max_memory_reserved, or the process RSS / peak RSS without CUDA),
   gpufleet_training_last_step_timestamp_seconds, gpufleet_training_start_timestamp_seconds,
-  gpufleet_training_restart_count (TORCHELASTIC_RESTART_COUNT), gpufleet_training_world_size.
+  gpufleet_training_restart_count (GPUFLEET_RESTART_COUNT from the elastic worker wrapper: every restart of the
+  node's worker group, a peer's failure included; TORCHELASTIC_RESTART_COUNT without it), gpufleet_training_world_size.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -95,7 +96,7 @@ class TrainingMetrics:
         self.rank = rank if rank is not None else _env_int("RANK", 0)
         self.local_rank = local_rank if local_rank is not None else _env_int("LOCAL_RANK", 0)
         self.world_size = world_size if world_size is not None else _env_int("WORLD_SIZE", 1)
-        self.restart_count = _env_int("TORCHELASTIC_RESTART_COUNT", 0)
+        self.restart_count = _env_int("GPUFLEET_RESTART_COUNT", _env_int("TORCHELASTIC_RESTART_COUNT", 0))
         self.path = metrics_file(self.directory, self.job, self.local_rank)
         self.min_interval_s = float(min_interval_s)
         self._clock, self._monotonic, self._memory = clock, monotonic, memory
@@ -181,7 +182,7 @@ class TrainingMetrics:
             MetricFamily("gpufleet_training_memory_max_reserved_bytes", "gauge",
                          "torch.cuda.max_memory_reserved (peak RSS without CUDA)").add(f["max_reserved"], **mem),
             MetricFamily("gpufleet_training_restart_count", "gauge",
-                         "Restarts of the worker group so far (TORCHELASTIC_RESTART_COUNT)").add(
+                         "Restarts of the worker group so far, whatever their reason").add(
                 self.restart_count, **labels),
             MetricFamily("gpufleet_training_world_size", "gauge", "Ranks in the job").add(self.world_size, **labels),
         ]

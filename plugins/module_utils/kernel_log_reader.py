@@ -42,9 +42,11 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_source
     uptime_stamp,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import (
+    FileChanges,
     FileFollower,
     ProcessLines,
     bounded_lines,
+    wait_readable,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.prom_textfile import atomic_write
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool
@@ -444,7 +446,8 @@ def _read_once(source, journalctl, dmesg, path, state_file, since, until, timeou
 # A followed source: read(feed) feeds what is new and returns the lines read (0: nothing new, the caller calls wait());
 # position() is what the caller saves to go on after a restart; overlong counts lines cut at the line limit; close().
 class FileSource:
-    """A log file followed by polling (log_follow.FileFollower: rotation, truncation); blocks of whole lines."""
+    """A log file followed (log_follow.FileFollower: rotation, truncation); blocks of whole lines. Waits on inotify
+    (log_follow.FileChanges), or polls every poll_s where inotify cannot be used."""
 
     kind = "file"
 
@@ -452,6 +455,9 @@ class FileSource:
         self.log = log
         self.follower = FileFollower(path, position, read_bytes=read_bytes)
         self.poll_s = poll_s
+        self.changes = FileChanges.create(path)
+        if self.changes is None:
+            log("inotify is not available for %s: polling it every %s s" % (path, poll_s))
 
     def read(self, feed_block):
         block, count = self.follower.read_block()
@@ -461,8 +467,12 @@ class FileSource:
             feed_block(block)
         return count
 
-    def wait(self):
-        time.sleep(self.poll_s)
+    def wait(self, timeout_s, wake_fds=()):
+        """Until the file may have new lines (True), or timeout_s or a wake fd (False)."""
+        if self.changes is not None:
+            return self.changes.wait(timeout_s, wake_fds)
+        wait_readable(wake_fds, min(self.poll_s, timeout_s) if timeout_s is not None else self.poll_s)
+        return True
 
     def position(self):
         return self.follower.position()
@@ -473,13 +483,14 @@ class FileSource:
 
     def close(self):
         self.follower.close()
+        if self.changes is not None:
+            self.changes.close()
 
 
 class _ProcessSource:
     """A following tool (log_follow.ProcessLines), restarted with back-off when it exits."""
 
-    def __init__(self, poll_s, log):
-        self.poll_s = poll_s
+    def __init__(self, log):
         self.log = log
         self.proc = None
         self.backoff_s = 1.0
@@ -490,10 +501,9 @@ class _ProcessSource:
         self.proc = ProcessLines(self.argv())
 
     def lines(self):
-        now = time.monotonic()
+        """The lines there now (never waits: wait() does)."""
         if self.proc is None:
-            if now < self.restart_at:
-                time.sleep(min(self.poll_s, self.restart_at - now))
+            if time.monotonic() < self.restart_at:
                 return []
             try:
                 self._start()
@@ -502,7 +512,7 @@ class _ProcessSource:
                                                                         self.backoff_s))
                 self._schedule_restart()
                 return []
-        lines = self.proc.read_lines(self.poll_s)
+        lines = self.proc.read_lines(0)
         if self.proc.eof:
             self.splitter_overlong += self.proc.splitter.overlong
             rc, err = self.proc.returncode, self.proc.stderr_text
@@ -523,8 +533,14 @@ class _ProcessSource:
     def overlong(self):
         return self.splitter_overlong + (self.proc.splitter.overlong if self.proc is not None else 0)
 
-    def wait(self):
-        pass  # read_lines already waited up to poll_s
+    def wait(self, timeout_s, wake_fds=()):
+        """Until the tool prints (True), or timeout_s or a wake fd (False); while it is down, until its restart."""
+        if self.proc is None:
+            until = self.restart_at - time.monotonic()
+            wait_readable(wake_fds, until if timeout_s is None else min(timeout_s, until))
+            return True
+        ready = wait_readable(self.proc.fds() + list(wake_fds), timeout_s)
+        return any(fd in ready for fd in self.proc.fds()) or self.proc.eof
 
     def close(self):
         if self.proc is not None:
@@ -541,8 +557,8 @@ class JournalSource(_ProcessSource):
 
     kind = "journal"
 
-    def __init__(self, exe, matches, grep, position, scanner, poll_s, log):
-        _ProcessSource.__init__(self, poll_s, log)
+    def __init__(self, exe, matches, grep, position, scanner, log):
+        _ProcessSource.__init__(self, log)
         self.scanner = scanner
         self.exe = shutil.which(exe) or exe
         self.matches = list(matches)
@@ -617,8 +633,8 @@ class DmesgSource(_ProcessSource):
 
     kind = "dmesg"
 
-    def __init__(self, exe, position, boot_id, poll_s, log):
-        _ProcessSource.__init__(self, poll_s, log)
+    def __init__(self, exe, position, boot_id, log):
+        _ProcessSource.__init__(self, log)
         self.exe = shutil.which(exe) or exe
         self.cursor = DmesgCursor(position, boot_id)
 

@@ -6,6 +6,10 @@ the node). Used by the XID watcher; the parsing stays in kernel_log.py.
 Both followers hand out whole lines as bytes and never hold more than max_line_bytes of one line: a longer line is
 cut (counted in ``overlong``) and the rest of it skipped, so a 1 MB line or a file of random bytes without newlines
 costs bounded memory. Nothing here decodes text: bytes that are not UTF-8 pass through untouched.
+
+Waiting costs nothing while nothing is written: a tool's stdout is selected on, a file is watched with inotify
+(FileChanges, through ctypes: the stdlib has no inotify) and only a Python without ctypes or a kernel without inotify
+falls back to polling.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,7 +21,9 @@ import fcntl
 import os
 import select
 import signal
+import struct
 import subprocess
+import time
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import file_position, resume
 
@@ -278,6 +284,121 @@ class FileFollower:
                 fh.close()
 
 
+def wait_readable(fds, timeout_s):
+    """The fds of `fds` readable within timeout_s (None: no limit); [] on timeout. A signal handler that writes to one
+    of them (the watcher's stop) ends the wait: select is retried after a signal (PEP 475) and finds it readable."""
+    try:
+        ready, _w, _x = select.select(list(fds), [], [], None if timeout_s is None else max(0.0, timeout_s))
+    except (OSError, ValueError) as exc:
+        if getattr(exc, "errno", None) == errno.EINTR:
+            return []
+        raise
+    return ready
+
+
+class FileChanges:
+    """Wakes when a followed file may have new bytes: inotify on the file (writes, even after it was renamed away by
+    a rotation) and on its directory (a new file under its name). None of this decides what is read: after a wake
+    the follower reads and checks the file as after a poll, so a missed or extra event costs a read, never a line.
+
+    FileChanges.create(path) returns None where inotify cannot be used (no ctypes, not Linux, the watch limit
+    reached): the caller polls then.
+    """
+
+    IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
+    IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+    IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW = 0x400, 0x800, 0x4000
+    FILE_MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
+    DIR_MASK = IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE
+    _EVENT = struct.Struct("iIII")
+
+    def __init__(self, libc, fd, path):
+        self._libc, self.fd, self.path = libc, fd, path
+        self.name = os.fsencode(os.path.basename(path))
+        self.dir_wd = self._watch(os.path.dirname(path), self.DIR_MASK)
+        self.file_wd = None
+        self.file_ino = None
+        self.rearm()
+
+    @classmethod
+    def create(cls, path):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (ImportError, OSError, AttributeError):
+            return None
+        if fd < 0:
+            return None
+        try:
+            watch = cls(libc, fd, os.path.abspath(path))
+        except OSError:
+            os.close(fd)
+            return None
+        return watch
+
+    def _watch(self, path, mask):
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), mask)
+        if wd < 0:
+            import ctypes
+
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+        return wd
+
+    def rearm(self):
+        """Watch the file now at the path (after a rotation: the new one; the old one's watch stays)."""
+        try:
+            ino = os.stat(self.path).st_ino
+        except OSError:
+            return
+        if ino != self.file_ino:
+            try:
+                self.file_wd = self._watch(self.path, self.FILE_MASK)
+                self.file_ino = ino
+            except OSError:
+                pass  # the directory's watch still sees the file come back
+
+    def wait(self, timeout_s, extra_fds=()):
+        """True when the file may have changed, False on timeout or when one of extra_fds became readable."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            ready = wait_readable([self.fd] + list(extra_fds), None if deadline is None else
+                                  deadline - time.monotonic())
+            if not ready or self.fd not in ready:
+                return False
+            if self._relevant():
+                self.rearm()
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def _relevant(self):
+        """Drain the queued events: any on the file, or on the directory for the file's own name."""
+        hit = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                    return hit
+                raise
+            pos = 0
+            while pos + self._EVENT.size <= len(data):
+                wd, mask, _cookie, size = self._EVENT.unpack_from(data, pos)
+                name = data[pos + self._EVENT.size:pos + self._EVENT.size + size].rstrip(b"\0")
+                pos += self._EVENT.size + size
+                if wd != self.dir_wd or name == self.name or mask & self.IN_Q_OVERFLOW:
+                    hit = True
+
+    def close(self):
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
 class ProcessLines:
     """A long-running tool (journalctl -f, dmesg --follow) whose stdout is read as lines without blocking the caller.
 
@@ -299,17 +420,15 @@ class ProcessLines:
         self.stderr_tail = b""
         self.eof = False
 
+    def fds(self):
+        return [] if self.eof else [self.proc.stdout.fileno(), self.proc.stderr.fileno()]
+
     def read_lines(self, timeout_s):
-        """Lines available within timeout_s (returns as soon as any arrived). After the tool exits: eof is True."""
+        """Lines available within timeout_s (returns as soon as any arrived; 0: only what is there now). After the
+        tool exits: eof is True."""
         if self.eof:
             return []
-        fds = [self.proc.stdout.fileno(), self.proc.stderr.fileno()]
-        try:
-            ready, _w, _x = select.select(fds, [], [], max(0.0, timeout_s))
-        except (OSError, ValueError) as exc:
-            if getattr(exc, "errno", None) == errno.EINTR:
-                return []
-            raise
+        ready = wait_readable(self.fds(), timeout_s)
         lines = []
         if self.proc.stderr.fileno() in ready:
             self._read_stderr()

@@ -62,20 +62,37 @@ class MetricFamily:
 
     def add(self, value, **labels):
         for key in labels:
-            if not LABEL_NAME_RE.match(key) or key.startswith("__"):
-                raise ValueError("invalid label name %r on %s" % (key, self.name))
+            if key not in _GOOD_LABEL_NAMES:
+                if not LABEL_NAME_RE.match(key) or key.startswith("__"):
+                    raise ValueError("invalid label name %r on %s" % (key, self.name))
+                _GOOD_LABEL_NAMES.add(key)
         self.samples.append((labels, value))
         return self
 
     def render(self):
         out = ["# HELP %s %s" % (self.name, escape_help(self.help)), "# TYPE %s %s" % (self.name, self.kind)]
         for labels, value in self.samples:
-            if labels:
-                pairs = ",".join('%s="%s"' % (k, escape_label_value(labels[k])) for k in sorted(labels))
-                out.append("%s{%s} %s" % (self.name, pairs, format_value(value)))
-            else:
-                out.append("%s %s" % (self.name, format_value(value)))
+            out.append("%s%s %s" % (self.name, _label_text(labels), format_value(value)))
         return "\n".join(out)
+
+
+# A long-running writer (the XID watcher) renders the same label sets at every write: their text is kept, up to a
+# bound (a flood of new label sets only costs the cache's refill).
+_GOOD_LABEL_NAMES = set()
+_LABEL_TEXT = {}
+_LABEL_TEXT_MAX = 8192
+
+
+def _label_text(labels):
+    if not labels:
+        return ""
+    key = tuple(sorted(labels.items()))
+    text = _LABEL_TEXT.get(key)
+    if text is None:
+        if len(_LABEL_TEXT) >= _LABEL_TEXT_MAX:
+            _LABEL_TEXT.clear()
+        text = _LABEL_TEXT[key] = "{%s}" % ",".join('%s="%s"' % (k, escape_label_value(v)) for k, v in key)
+    return text
 
 
 def render(families):
@@ -99,12 +116,15 @@ def atomic_write(path, data, mode=0o644, sync_directory=False, sync_file=True):
         data = data.encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             if sync_file:
-                os.fsync(fh.fileno())
-            os.fchmod(fh.fileno(), mode)
+                os.fsync(fd)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
         os.rename(tmp, path)
     except BaseException:
         try:

@@ -10,12 +10,20 @@ it out.
 
 Counting rules on top of the scanner's (why a restart never counts twice):
 - the read position (journal cursor + boot id, file inode + offset, dmesg boot id + uptime) and every counter are
-  saved together in one state file, atomically: after a crash the watcher replays from the saved position with the
-  saved counters, so replayed lines land on the same values;
+  saved together in one state file, atomically and fsync'ed: after a crash the watcher replays from the saved
+  position with the saved counters, so replayed lines land on the same values. The state is saved at most every
+  state_write_seconds while it changes, and at stop; the textfile is written more often, so after a crash it may show
+  more than the state holds: at start the watcher therefore reads what the log has beyond the saved position before
+  it writes the textfile, and never shows a counter lower than before;
 - a GPU that fell off the bus counts one XID 79 per boot, whether the driver printed the Xid line, the "fallen off
   the bus" message, or both (the scanner folds them within one read; the watcher's reads are small);
 - a journal cursor that no longer exists (journal vacuumed): resume from the saved time and skip entries at or
   before it.
+
+What it costs: nothing is polled. The watcher blocks on the source (journalctl's or dmesg's output, inotify on a
+file; a file polls every poll_seconds only where inotify cannot be used) until lines come, a write is due or the
+inventory changed. Lines that keep coming are read at most every read_interval_seconds (an XID after a quiet spell
+is read at once); events reach the textfile at most every event_write_seconds, after a quiet spell at once.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -24,7 +32,7 @@ __metaclass__ = type
 
 import argparse
 import datetime
-import io
+import gc
 import json
 import os
 import re
@@ -43,6 +51,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader
     iso_us,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import read_boot_id, read_boot_time
+from ansible_collections.kentino.gpufleet.plugins.module_utils.log_follow import wait_readable
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import QueryGpu, spec
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 from ansible_collections.kentino.gpufleet.plugins.module_utils.prom_textfile import MetricFamily, atomic_write, render
@@ -68,9 +77,11 @@ DEFAULTS = {
     "state_directory": "/var/lib/gpufleet-monitoring/state",
     "expected_gpus": 0,
     "heartbeat_seconds": 15.0,
-    "poll_seconds": 0.25,
-    "event_write_seconds": 0.2,
+    "poll_seconds": 0.25,  # only where a file cannot be watched with inotify
+    "read_interval_seconds": 1.0,
+    "event_write_seconds": 2.0,
     "write_interval_seconds": 5.0,
+    "state_write_seconds": 30.0,
     "inventory_interval_seconds": 60.0,
     "tool_timeout_seconds": 20.0,
     "severity_overrides": {},
@@ -83,8 +94,9 @@ DEFAULTS = {
     "nvme_devices": [],
     "mounts_file": "/proc/mounts",
 }
-_NUMBERS = ("expected_gpus", "heartbeat_seconds", "poll_seconds", "event_write_seconds", "write_interval_seconds",
-            "inventory_interval_seconds", "tool_timeout_seconds")
+_NUMBERS = ("expected_gpus", "heartbeat_seconds", "poll_seconds", "read_interval_seconds", "event_write_seconds",
+            "write_interval_seconds", "state_write_seconds", "inventory_interval_seconds", "tool_timeout_seconds")
+_CATCH_UP_QUIET_S = 0.5  # at start: a following tool silent this long has printed what it had
 
 
 class ConfigError(Exception):
@@ -152,8 +164,9 @@ class GpuInventory:
     never delays the reading of the kernel log. snapshot(): {"ok", "gpus": {pci: {index, uuid, name}}, "lost": [pci],
     "visible", "error", "time"} or None before the first answer."""
 
-    def __init__(self, executable, interval_s, timeout_s, log):
+    def __init__(self, executable, interval_s, timeout_s, log, on_change=None):
         self.executable = executable
+        self.on_change = on_change  # called from the inventory thread after a refresh that changed something
         self.interval_s = interval_s
         self.query = QueryGpu(executable, INVENTORY_SPEC, timeout_s) if executable else None
         self.log = log
@@ -200,6 +213,9 @@ class GpuInventory:
             self._snapshot = snap
         if snap["error"] and (previous is None or previous.get("error") != snap["error"]):
             self.log("nvidia-smi: %s" % snap["error"])
+        if self.on_change is not None and (previous is None or any(previous[k] != snap[k] for k in (
+                "ok", "gpus", "lost", "error"))):
+            self.on_change()
         return snap
 
     def _loop(self):
@@ -243,14 +259,20 @@ class Watcher:
         # bookkeeping
         self.started = self.clock()
         self._last_write = 0.0
+        self._last_save = 0.0
+        self._last_lines = 0.0  # monotonic time of the last read that found lines
         self._events_dirty = False
         self._dirty = True
         self._state_dirty = True
         self._textfile_error = None
         self._next_retry = 0.0
+        # a byte in this pipe ends a wait: a stop signal, a changed GPU inventory
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
         self.inventory = inventory if inventory is not None else GpuInventory(
             shutil.which(cfg["nvidia_smi"]) if cfg["nvidia_smi"] else None, cfg["inventory_interval_seconds"],
-            cfg["tool_timeout_seconds"], self.log)
+            cfg["tool_timeout_seconds"], self.log, on_change=self.wake)
         self._inventory_seen = None
         position = self._load_state()
         self.source = self._make_source(position)
@@ -324,6 +346,7 @@ class Watcher:
         try:
             atomic_write(self.state_path, json.dumps(self._state(), sort_keys=True), mode=0o600)
             self._state_dirty = False
+            self._last_save = self.clock()
             return True
         except OSError as exc:
             self.log("cannot save the state %s: %s" % (self.state_path, exc))
@@ -345,13 +368,13 @@ class Watcher:
         if kind == "file":
             return FileSource(cfg["log_file"], position, cfg["poll_seconds"], self.log, read_bytes=SCAN_BYTES)
         if kind == "dmesg":
-            return DmesgSource(cfg["dmesg"], position, self.boot_id, cfg["poll_seconds"], self.log)
+            return DmesgSource(cfg["dmesg"], position, self.boot_id, self.log)
         return JournalSource(cfg["journalctl"], cfg["journal_matches"], cfg["journal_grep"], position, self.scanner,
-                             cfg["poll_seconds"], self.log)
+                             self.log)
 
     def _feed_block(self, block):
         self.scanner.reference = datetime.datetime.now().astimezone()  # syslog lines have no year
-        self.scanner.scan_binary(io.BytesIO(block), consume_partial_tail=True, chunk_bytes=max(1, len(block)))
+        self.scanner.scan_lines(block)
 
     def _feed_lines(self, lines):
         self.scanner.reference = datetime.datetime.now().astimezone()
@@ -534,20 +557,52 @@ class Watcher:
         return True
 
     def maybe_write(self, force=False):
+        """Save the state (counters and position together) and write the textfile when each is due."""
         now = self.clock()
+        if self._state_dirty and (force or now - self._last_save >= self.cfg["state_write_seconds"]):
+            self.save_state()
         since = now - self._last_write
         due = force or since >= self.cfg["heartbeat_seconds"] or (
             self._events_dirty and since >= self.cfg["event_write_seconds"]) or (
             self._dirty and since >= self.cfg["write_interval_seconds"])
         if not due or (self._textfile_error is not None and now < self._next_retry and not force):
             return False
-        if self._state_dirty or self._events_dirty or since >= self.cfg["write_interval_seconds"]:
-            self.save_state()  # counters and position together, before the file shows them
         return self.write_textfile()
 
+    def _next_due(self):
+        """Seconds until the next write (or state save, or retry) is due, at most a heartbeat."""
+        due = [self._last_write + self.cfg["heartbeat_seconds"]]
+        if self._events_dirty:
+            due.append(self._last_write + self.cfg["event_write_seconds"])
+        if self._dirty:
+            due.append(self._last_write + self.cfg["write_interval_seconds"])
+        if self._state_dirty:
+            due.append(self._last_save + self.cfg["state_write_seconds"])
+        if self._textfile_error is not None:
+            due.append(self._next_retry)
+        return min(max(0.0, min(due) - self.clock()), self.cfg["heartbeat_seconds"])
+
     # ---- main loop ------------------------------------------------------------------------------------------
-    def step(self):
-        """Read what is new once, count it, write when due. Returns the lines read."""
+    def wake(self):
+        """End the current wait (from a signal handler or another thread)."""
+        try:
+            os.write(self._wake_w, b"w")
+        except OSError:
+            pass  # the pipe is full: a wake is pending anyway
+
+    def _drain_wake(self):
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except OSError:
+            pass
+
+    def stop(self):
+        self.stopping = True
+        self.wake()
+
+    def read(self):
+        """Read what is new once and count it. Returns the lines read."""
         if self.source.kind == "file":
             count = self.source.read(self._feed_block)
             if count:
@@ -556,12 +611,38 @@ class Watcher:
             count = self.source.read(self._feed_lines)
         if count:
             self.lines_read += count
-            self._dirty = True
+            self._dirty = self._state_dirty = True  # the position moved
+            self._last_lines = time.monotonic()
+        return count
+
+    def wait(self):
+        """Block until lines come, a write is due, or a wake. Lines that keep coming gather for read_interval_seconds
+        after the last read that found some, so a stream costs one read a second, not one per line."""
+        timeout = self._next_due()
+        if self.source.wait(timeout, [self._wake_r]) and not self.stopping:
+            rest = min(self.cfg["read_interval_seconds"] - (time.monotonic() - self._last_lines), self._next_due())
+            if rest > 0:
+                wait_readable([self._wake_r], rest)
+        self._drain_wake()
+
+    def step(self):
+        """Read what is new once, count it, write when due, wait when nothing was new. Returns the lines read."""
+        count = self.read()
         self._apply_inventory()
         self.maybe_write()
-        if not count:
-            self.source.wait()
+        if not count and not self.stopping:
+            self.wait()
         return count
+
+    def catch_up(self):
+        """Read what the log holds beyond the saved position (bounded by a heartbeat) before the first write."""
+        deadline = self.clock() + self.cfg["heartbeat_seconds"]
+        while not self.stopping and self.clock() < deadline:
+            if self.read():
+                continue
+            if self.source.kind == "file" or not self.source.wait(min(_CATCH_UP_QUIET_S, deadline - self.clock()),
+                                                                  [self._wake_r]):
+                return
 
     def run(self):
         os.makedirs(self.cfg["state_directory"], exist_ok=True)
@@ -570,8 +651,14 @@ class Watcher:
                     self.textfile, self.state_path, self.boot_id))
         self.inventory.start()
         self._write_status()
-        self.maybe_write(force=True)
+        # What exists now (modules, code, configuration) lives as long as the process: the cyclic garbage collector
+        # would walk it again at every collection, most of the watcher's CPU while it follows a busy log.
+        gc.collect()
+        gc.freeze()
         try:
+            self.catch_up()
+            self._apply_inventory()
+            self.maybe_write(force=True)
             while not self.stopping:
                 self.step()
         finally:
@@ -579,6 +666,8 @@ class Watcher:
             self.source.close()
             self.save_state()
             self.write_textfile(up=0)
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
             self.log("gpufleet XID watcher stopped")
         return 0
 
@@ -596,7 +685,7 @@ def main(argv=None):
     watcher = Watcher(cfg)
 
     def stop(_signum, _frame):
-        watcher.stopping = True
+        watcher.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

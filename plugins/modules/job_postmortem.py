@@ -88,7 +88,8 @@ options:
     type: int
     default: 67108864
   max_dump_seconds:
-    description: Time limit for reading one dump.
+    description: Time limit for reading one dump, in CPU seconds of the reading (a busy controller does not make it
+      refuse a dump).
     type: float
     default: 20
   max_dump_memory_mb:

@@ -11,6 +11,8 @@ collectives all completed, then the stuck collective `seq`, in one of these mode
   mismatch     rank `culprit` runs broadcast where every other rank runs all_reduce (a bug in the training code)
   not_started  every rank enqueued `seq`, but the culprit's GPU never started it
   healthy      nothing is stuck: every enqueued collective completed
+  late         rank `culprit` enqueues `seq` `late_s` seconds after the others (it woke up after they timed out);
+               with `completed`, every rank marked `seq` completed (gloo marks a collective that failed so)
 """
 
 import os
@@ -51,7 +53,8 @@ def _entry(record_id, pg, seq, op, state, version, frames, numel=4096 * 1024, ti
     return entry
 
 
-def job_dumps(world=8, culprit=5, seq=100, history=40, mode="stop", version="2.10", ahead=2, tp=0):
+def job_dumps(world=8, culprit=5, seq=100, history=40, mode="stop", version="2.10", ahead=2, tp=0, late_s=0.0,
+              completed=False):
     """{rank: dump dict} for one job (see the module doc)."""
     default = ("0", "default_pg", 0)
     dumps = {}
@@ -71,6 +74,8 @@ def job_dumps(world=8, culprit=5, seq=100, history=40, mode="stop", version="2.1
                 last_done, enq, started = seq, seq, seq
             elif rank == culprit and mode == "stop":
                 enq, started = seq - 1, seq - 1
+            elif mode == "late":
+                enq, last_done = seq, seq if completed else seq - 1
             for s in range(first, enq + 1):
                 op, frames = "all_reduce", FRAMES
                 if s <= last_done:
@@ -83,7 +88,10 @@ def job_dumps(world=8, culprit=5, seq=100, history=40, mode="stop", version="2.1
                         state = "scheduled"
                 else:
                     state = "scheduled"
-                entries.append(_entry(record, pg, s, op, state, version, frames))
+                t_ns = None
+                if mode == "late" and rank == culprit and s == seq:
+                    t_ns = T0_NS + s * 50_000_000 + int(late_s * 1e9)
+                entries.append(_entry(record, pg, s, op, state, version, frames, t_ns=t_ns))
                 record += 1
             status[str(pg[2])] = {"last_enqueued_collective": enq, "last_started_collective": started,
                                   "last_completed_collective": last_done}

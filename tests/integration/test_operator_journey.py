@@ -17,8 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, codes, nodes_by_host, run_playbook
-from helpers.sim_processes import kill_tree
-from helpers.sim_processes import node_processes as _sim_processes
+from helpers.sim_processes import kill_tree, node_processes
 
 # With test_sim_burn_in.py: both read the demo's session run (burn_in_run), made once on one worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
@@ -114,9 +113,9 @@ def test_ctrl_c_mid_burn_stops_the_nodes_work_and_leaves_an_interrupted_report(t
     proc = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "playbooks/burn_in.yml", "-i", inv, "-e", extra], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not any("gpu_burn" in p for p in _sim_processes(state)):
+    while time.monotonic() < deadline and not any("gpu_burn" in p for p in node_processes(state)):
         time.sleep(1)
-    assert any("gpu_burn" in p for p in _sim_processes(state)), "the burn never started"
+    assert any("gpu_burn" in p for p in node_processes(state)), "the burn never started"
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=120)
@@ -126,9 +125,9 @@ def test_ctrl_c_mid_burn_stops_the_nodes_work_and_leaves_an_interrupted_report(t
     assert all(n["stage"] == "burn" and "RUN_INTERRUPTED" in codes(n) for n in report["nodes"])
     assert not (reports / ".gpufleet-run.lock").exists(), "the interrupted run kept the reports lock"
     deadline = time.monotonic() + 60  # the lease (10 s) expires: the nodes stop their tools by themselves
-    while time.monotonic() < deadline and _sim_processes(state):
+    while time.monotonic() < deadline and node_processes(state):
         time.sleep(1)
-    assert _sim_processes(state) == []
+    assert node_processes(state) == []
 
     rc, output, report = run_playbook("burn_in", tmp_path, inventory=inv, extra={"gpufleet_burn_duration_s": 60})
     assert rc == 0 and report is not None, output[-3000:]
@@ -146,15 +145,15 @@ def test_a_rerun_after_a_dead_controller_stops_the_leftovers_instead_of_refusing
     proc = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "playbooks/burn_in.yml", "-i", inv, "-e", extra], cwd=REPO,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not any("gpu_burn" in p for p in _sim_processes(state)):
+    while time.monotonic() < deadline and not any("gpu_burn" in p for p in node_processes(state)):
         time.sleep(1)
     # A controller that dies with its workers (Ctrl-C stops the node's work itself): the work is left over.
     kill_tree(proc.pid)
     proc.wait(timeout=120)
-    assert any("gpu_burn" in p for p in _sim_processes(state)), "nothing left over to test with"
+    assert any("gpu_burn" in p for p in node_processes(state)), "nothing left over to test with"
     rc, output, report = run_playbook("burn_in", tmp_path, inventory=inv, extra={"gpufleet_burn_duration_s": 60})
     assert rc == 0 and report["nodes"][0]["verdict"] == "pass", output[-3000:]
-    assert not any("6000" in p for p in _sim_processes(state))
+    assert not any("6000" in p for p in node_processes(state))
 
 
 @pytest.mark.parametrize("scenario,code", [("nvidia_smi_junk", "GPU_FACTS_UNREADABLE"),

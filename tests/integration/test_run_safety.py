@@ -11,7 +11,7 @@ import time
 
 import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, run_playbook
-from helpers.sim_processes import kill_tree
+from helpers.sim_processes import kill_tree, node_processes
 
 
 def _env(tmp_path):
@@ -51,9 +51,7 @@ def test_a_second_run_into_the_same_reports_directory_says_another_run_is_in_pro
                               json.dumps({"gpufleet_report_dir": str(reports), "gpufleet_burn_duration_s": 3000})],
                              cwd=REPO, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while not (reports / ".gpufleet-run.lock").exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
+        _wait_for((reports / ".gpufleet-run.lock").exists, 120, "the first run's lock")
         second = _playbook(tmp_path, "playbooks/preflight.yml", "-l", "sim-node02,localhost", "-e",
                            json.dumps({"gpufleet_report_dir": str(reports)}))
         assert second.returncode != 0 and "another run is in progress" in second.stdout, second.stdout[-2000:]
@@ -70,21 +68,28 @@ def test_the_wait_shows_progress_not_a_retry_line_per_poll(tmp_path):
     assert "FAILED - RETRYING" not in output
 
 
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("%s not seen within %s s" % (what, timeout))
+
+
 def test_abort_stops_what_an_interrupted_run_left(tmp_path):
+    node = tmp_path / "sim-state" / "sim-node01"  # this test's node: its processes carry it in their environment
     run = subprocess.Popen([str(ANSIBLE_PLAYBOOK), "playbooks/burn_in.yml", "-l", "sim-node01,localhost", "-e",
                             json.dumps({"gpufleet_report_dir": str(tmp_path / "reports"),
                                         "gpufleet_burn_duration_s": 6007, "gpufleet_lease_timeout_s": 600})],
                            cwd=REPO, env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    burning = False
-    while time.monotonic() < deadline and not burning:
-        burning = subprocess.run(["pgrep", "-f", "sim/bin/gpu_burn -m 90% 6007"], capture_output=True).returncode == 0
-        time.sleep(0.5)
-    kill_tree(run.pid)  # a controller that dies (workers too): no callback, no report play, a 10-minute lease
-    run.wait()
-    assert burning, "the burn never started"
+    try:
+        _wait_for(lambda: any("sim/bin/gpu_burn -m 90% 6007" in p for p in node_processes(node)), 120,
+                  "the burn on sim-node01")
+    finally:
+        kill_tree(run.pid)  # a controller that dies (workers too): no callback, no report play, a 10-minute lease
+        run.wait()
     proc = _playbook(tmp_path, "playbooks/abort.yml", "-l", "sim-node01")
     assert proc.returncode == 0 and re.search(r"\d+ process group\(s\) stopped: tool gpu_burn", proc.stdout), \
         proc.stdout[-2000:]
-    time.sleep(1)
-    assert subprocess.run(["pgrep", "-f", "sim/bin/gpu_burn -m 90% 6007"], capture_output=True).returncode == 1
+    _wait_for(lambda: not any("sim/bin/gpu_burn" in p for p in node_processes(node)), 30, "no gpu_burn left")

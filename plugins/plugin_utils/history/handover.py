@@ -20,6 +20,7 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_baseline
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import PASSING
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, ident_of
 
@@ -102,7 +103,8 @@ def machine(history, host):
     for gpu in gpus:
         gpu["vs_platform_pct"] = _share(gpu.get("burn_gflops"), platform["burn_gflops"])
         base = own.get((ident_of(gpu), "burn_gflops", ""))
-        gpu["baseline_gflops"] = base["value"] if base else None
+        ref = judge_baseline.reference(base)
+        gpu["baseline_gflops"] = ref["value"] if ref else None
     figures = dict(burn.get("figures") or {})
     checks = {name: {"verdict": check["verdict"], "figures": {k: check["figures"][k] for k in keep
                                                               if (check.get("figures") or {}).get(k) is not None}}

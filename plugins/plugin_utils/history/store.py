@@ -521,12 +521,37 @@ class History:
         return out
 
     def baselines(self, host):
-        """{(gpu identity or '', metric, detail): {value, run_id, ts}}."""
+        """{(gpu identity or '', metric, detail): {value, run_id, ts, samples, last}}: the baseline row marks where
+        the node's baseline started (its first good burn-in, or the last reset) with that run's value; samples are
+        the figures the burn-ins since then recorded as good (records' figures["baseline"] entries [ident, metric,
+        detail, value, state]), oldest first; last is the state of the newest recorded figure (any playbook). A
+        history without such entries gives the row's value alone."""
         rows = self.db.execute(
             "SELECT b.*, g.ident FROM baselines b JOIN hosts h ON h.id = b.host LEFT JOIN gpus g ON g.id = b.gpu "
             "WHERE h.name = ?", (host,))
-        return {(r["ident"] or "", r["metric"], r["detail"]): {"value": r["value"], "run_id": r["run_id"],
-                                                              "ts": r["ts"]} for r in rows}
+        out = {(r["ident"] or "", r["metric"], r["detail"]): {"value": r["value"], "run_id": r["run_id"],
+                                                             "ts": r["ts"], "samples": [], "last": None} for r in rows}
+        if not out:
+            return out
+        since = min(b["ts"] if b["ts"] is not None else -1e18 for b in out.values())
+        runs = self.db.execute(
+            "SELECT n.ts, n.figures, r.playbook FROM node_runs n JOIN runs r ON r.id = n.run JOIN hosts h ON "
+            "h.id = n.host WHERE h.name = ? AND n.ts >= ? AND n.figures IS NOT NULL ORDER BY n.ts", (host, since))
+        for ts, figures, playbook in runs:
+            try:
+                entries = json.loads(figures).get("baseline") or []
+            except (ValueError, AttributeError):
+                continue
+            for entry in entries:
+                if not isinstance(entry, list) or len(entry) != 5:
+                    continue
+                base = out.get((entry[0], entry[1], entry[2]))
+                if base is None or (base["ts"] is not None and ts < base["ts"]):
+                    continue
+                base["last"] = entry[4]
+                if entry[4] == "ok" and playbook == "burn_in" and isinstance(entry[3], (int, float)):
+                    base["samples"].append(entry[3])
+        return out
 
     def latest_of_group(self, playbook, grp):
         """Each host's newest node row of `playbook` among the hosts whose newest such row is in group `grp`."""

@@ -79,8 +79,8 @@ def _flight(result):
     flight = result.get("flight")
     if not flight:
         return None
-    groups = [{k: g[k] for k in ("key", "name", "desc", "stuck_seq", "stuck_op", "never_joined", "not_started",
-                                  "missing_dump", "refused_dump", "mismatch")} | {"size": len(g["members"])}
+    groups = [{k: g[k] for k in ("key", "name", "desc", "stuck_seq", "stuck_op", "never_joined", "late_joined",
+                                  "not_started", "missing_dump", "refused_dump", "mismatch")} | {"size": len(g["members"])}
               for g in flight["groups"]]
     return {"ranks_with_dump": flight["ranks_with_dump"], "versions": flight["versions"], "groups": groups,
             "root_group": flight["root_group"], "first_mismatch": flight["first_mismatch"],

@@ -10,7 +10,8 @@ prefix + rank) into a directory every user can write. Unpickling runs code chose
 - the input is size-limited, its opcodes are walked first (memo_scan: a store to a memo index the stream cannot
   have filled would make the C unpickler allocate gigabytes in one step), and its worst-case memory (containers per
   opcode byte, the memo array) is estimated before loading;
-- every read of the unpickler goes through a reader that stops at a deadline.
+- every read of the unpickler goes through a reader that stops at a deadline of the reading thread's CPU time (a
+  slow pickle costs CPU; a busy controller stretches wall time, and must not refuse a dump a quiet one would read).
 Format (torch/csrc/distributed/c10d/FlightRecorder.hpp, fr_trace's loader): {version "2.x", pg_config {pg name:
 {name, desc, ranks "[0, 1]"}}, pg_status {pg id: {last_enqueued_collective, last_started_collective,
 last_completed_collective}} (2.4+), entries [{record_id, pg_id, process_group (name, desc), collective_seq_id,
@@ -43,18 +44,19 @@ class DumpError(Exception):
 
 
 class _Deadline:
-    """A read-only file over bytes whose every call checks the deadline (the C unpickler reads through it)."""
+    """A read-only file over bytes whose every call checks the CPU-time deadline (the C unpickler reads through it)."""
 
     def __init__(self, data, name, seconds):
         self._view = memoryview(data)
         self._pos = 0
         self._name = name
         self._seconds = seconds
-        self._deadline = time.monotonic() + seconds
+        self._deadline = time.thread_time() + seconds
 
     def _check(self):
-        if time.monotonic() > self._deadline:
-            raise DumpError("%s: reading took longer than %.0f s (time limit): not used" % (self._name, self._seconds))
+        if time.thread_time() > self._deadline:
+            raise DumpError("%s: reading took more than %.0f s of CPU time (time limit): not used"
+                            % (self._name, self._seconds))
 
     def read(self, n=-1):
         self._check()

@@ -8,6 +8,12 @@ and sequence, which ranks ran which collective signature. Then, per process grou
 - the stuck collective: the first sequence not completed by every member while someone enqueued it;
 - ranks that never joined it (last enqueued below it), ranks whose entry was never started on the GPU while the
   others' were, ranks that ran another collective (op, sizes, dtypes) at that sequence, and members without a dump;
+- ranks that joined it late: their entry was created more than the collective's timeout after the first rank's (by
+  the ranks' own clocks). A rank that stopped and woke up before it was killed (the others had given up waiting)
+  enqueued the collective after all: without the enqueue times it would look like every other rank. Which of the two
+  a dump shows depends on when the process was killed, so both name the same rank with the same strength. When
+  every rank marked the collective completed (gloo marks one that failed with its timeout completed), the last
+  collective of each group is checked for late ranks the same way;
 - the first mismatched sequence anywhere in the recorded history (the desync fr_trace looks for).
 The root group is the one whose stuck collective was created first: a rank stuck in one group stalls the others.
 """
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 from array import array
 
-STRENGTH = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1, "refused_dump": 1}
+STRENGTH = {"never_joined": 3, "late_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1, "refused_dump": 1}
 
 
 class FlightAccumulator:
@@ -85,6 +91,8 @@ class FlightAccumulator:
         culprits = list(root["culprits"]) if root else []
         if not culprits and first and first["odd_ranks"]:
             culprits = _culprits_of_mismatch(first)
+        if not culprits and not stuck:
+            culprits = next((g["late_last"] for g in groups if g["late_last"]), [])
         return {
             "ranks_with_dump": sorted(self.ranks),
             "refused": list(self.refused),
@@ -109,13 +117,18 @@ class FlightAccumulator:
         group = {"key": key, "name": name, "desc": desc, "members": members, "status": status,
                  "missing_dump": missing, "refused_dump": [r for r in members if r not in status and r in refused],
                  "stuck_seq": None, "stuck_op": None, "stuck_created_ns": None,
-                 "timeout_ms": None, "never_joined": [], "not_started": [], "mismatch": None, "culprits": []}
+                 "timeout_ms": None, "never_joined": [], "not_started": [], "late_joined": [], "mismatch": None,
+                 "culprits": [], "late_last": []}
         known = [s for s in status.values() if s["last_completed"] is not None and s["last_enqueued"] is not None]
         if not known:
             return group
         stuck = min(s["last_completed"] for s in known) + 1
         if not any(s["last_enqueued"] >= stuck for s in known):
-            return group  # everything enqueued was completed: this group was idle, not stuck
+            # everything enqueued was completed: idle, not stuck, unless a rank came to the last collective late
+            last = max(s["last_enqueued"] for s in known)
+            at = {rank: e for rank, e in ((r, self._entry(r, key, last)) for r in status) if e is not None}
+            group["late_last"] = self._late_culprits(group, at, last)
+            return group
         group["stuck_seq"] = stuck
         at = {}
         for rank, st in status.items():
@@ -141,8 +154,23 @@ class FlightAccumulator:
         started = [r for r, e in at.items() if e["state"] in ("started", "completed")]
         if started:
             group["not_started"] = sorted(r for r, e in at.items() if e["state"] == "scheduled")
+        group["late_joined"] = _late(at)
         group["culprits"] = self._culprits(group, at)
         return group
+
+    @staticmethod
+    def _late_culprits(group, at, seq):
+        label, late = group["desc"] or group["name"], _late(at)
+        first = min(at, key=lambda r: (at[r]["time_created_ns"] or float("inf"), r))
+        on_time = sorted(r for r in at if r not in late)
+        return [{"rank": rank, "pg": label, "seq": seq, "op": at[rank]["op"], "basis": "late_joined",
+                 "frames": at[rank]["frames"],
+                 "reason": "rank %d joined collective %s #%d of process group %s %.1f s after rank %d, later than its "
+                           "%s timeout: rank(s) %s had given up waiting (the timing is the evidence: the enqueue "
+                           "times in the ranks' flight-recorder dumps, by each rank's clock)"
+                           % (rank, at[rank]["op"] or "?", seq, label,
+                              (at[rank]["time_created_ns"] - at[first]["time_created_ns"]) / 1e9, first,
+                              _seconds(at[first]["timeout_ms"]), _short(on_time))} for rank in late]
 
     def _entry(self, rank, key, seq):
         pg = (self.ranks.get(rank) or {}).get("pgs", {}).get(key)
@@ -171,6 +199,8 @@ class FlightAccumulator:
                 out.append({"rank": rank, "pg": label, "seq": seq, "op": entry["op"], "basis": "mismatch",
                             "frames": entry["frames"],
                             "reason": _mismatch_reason(rank, entry["sig"], seq, label, major)})
+        if not out:
+            out = self._late_culprits(group, at, seq)
         if not out:
             for rank in group["not_started"]:
                 out.append({"rank": rank, "pg": label, "seq": seq, "op": at[rank]["op"], "basis": "not_started",
@@ -231,6 +261,24 @@ def _culprits_of_mismatch(first):
 def _mismatch_reason(rank, sig, seq, label, major):
     return "rank %d ran %s at collective #%d of process group %s while rank(s) %s ran %s" % (
         rank, sig, seq, label, _short(major["ranks"]), major["sig"])
+
+
+def _late(at):
+    """Ranks whose entry was created more than the first rank's timeout after the first rank's entry: the first had
+    timed out waiting before they came. Needs the creation times and the timeout (dumps before version 2.10 have no
+    timeout: then no rank is late)."""
+    created = {r: e["time_created_ns"] for r, e in at.items() if e.get("time_created_ns")}
+    if len(created) < 2:
+        return []
+    first = min(created, key=lambda r: (created[r], r))
+    timeout_ms = at[first].get("timeout_ms")
+    if not timeout_ms:
+        return []
+    return sorted(r for r, t in created.items() if t - created[first] > timeout_ms * 1e6)
+
+
+def _seconds(ms):
+    return "%g s" % round(ms / 1000.0, 3)
 
 
 def _short(ranks, limit=8):

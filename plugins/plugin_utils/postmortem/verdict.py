@@ -2,10 +2,11 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """One verdict for the hung job, its confidence, and the findings (pure, stdlib only).
 
-Candidates are ranks named by the dumps (never joined the stuck collective, ran another collective, GPU never started
-it, left no dump, left a dump that could not be read) and by the logs (behind in its group, another collective at the
-same sequence, silent, earlier sequence; torch's desync report, NCCL's RAS status, torch's flight-recorder analyzer).
-A rank named by both scores higher. Then the join: the rank's GPU, that GPU's hardware issue in the window.
+Candidates are ranks named by the dumps (never joined the stuck collective or joined it after the others' timeout,
+ran another collective, GPU never started it, left no dump, left a dump that could not be read) and by the logs
+(behind in its group, another collective at the same sequence, silent, earlier sequence; torch's desync report, NCCL's
+RAS status, torch's flight-recorder analyzer). A rank named by both scores higher. Then the join: the rank's GPU, that
+GPU's hardware issue in the window.
 Confidence:
   high    the rank is proven (dumps or process-group status) and the cause is in evidence: a hardware issue on its
           GPU, or the mismatched collective with the code location from the dumps;
@@ -21,7 +22,7 @@ from __future__ import annotations
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.hardware import rel_text, weight
 
 CHECK = "job_postmortem"
-SCORES = {"never_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1, "refused_dump": 1,
+SCORES = {"never_joined": 3, "late_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1, "refused_dump": 1,
           "pg_status": 2, "op_mismatch": 2, "silent": 1, "earlier_seq": 1,
           # what torch's desync report, NCCL's RAS and torch's analyzer name (reports.py)
           "fr_missing": 3, "fr_mismatch": 2, "desync_report": 2, "ras_behind": 2, "ras_missing": 2}

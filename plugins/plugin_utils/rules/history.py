@@ -107,20 +107,31 @@ def _figures_for_baseline(node, rec):
     return out
 
 
-def _baseline(history, node, rec, playbook, reset):
+def _baseline(history, node, rec, playbook, reset, t):
+    """The judge's input, and this run's figures as the history keeps them for later baselines: in
+    rec["figures"]["baseline"], [gpu identity or '', metric, detail, value, state] with state "ok" (a sample of the
+    baseline when a burn-in's check passed or warned), "low" (more than the allowed drop below it) or "bad" (its check
+    failed or erred: no sample)."""
     known = history.baselines(rec["host"]) if history else {}
-    items = []
+    items, kept = [], []
     for metric, detail, row, value, verdict in _figures_for_baseline(node, rec):
         key = (ident_of(row) if row else "", metric, detail)
         base = known.get(key)
+        good = verdict in ("pass", "warn")
         if base is not None and not reset:
-            items.append({"metric": metric, "detail": detail, "unit": judge_baseline.METRICS[metric][1],
-                          "gpu": row.get("idx") if row else None, "pci": row["pci"] if row else None,
-                          "value": value, "baseline": base})
-        elif playbook == "burn_in" and verdict in ("pass", "warn"):
-            # The node's own reference: its first good burn-in (or the one after gpufleet_baseline_reset).
+            item = {"metric": metric, "detail": detail, "unit": judge_baseline.METRICS[metric][1],
+                    "gpu": row.get("idx") if row else None, "pci": row["pci"] if row else None,
+                    "value": value, "baseline": base}
+            items.append(item)
+            assessed = judge_baseline.assess(item, t)
+            kept.append(list(key) + [value, "low" if assessed and assessed["low"] else "ok" if good else "bad"])
+        elif playbook == "burn_in" and good:
+            # Where the node's own reference starts: its first good burn-in (or the one after gpufleet_baseline_reset).
             rec["baselines"].append({"metric": metric, "detail": detail, "gpu_pci": row["pci"] if row else None,
                                      "value": value})
+            kept.append(list(key) + [value, "ok"])
+    if kept:
+        rec["figures"] = dict(rec.get("figures") or {}, baseline=kept)
     return {"figures": items}
 
 
@@ -231,7 +242,7 @@ def annotate(nodes, data, history, run_ts, playbook, reset_baselines=False):
                 ("%s_reference" % k, "%s (%s)" % (v["reference"], v["source"]) if v["reference"] else v["source"])
                 for k, v in fig.items()))
         if rec["reachable"]:
-            base_in = _baseline(history, node, rec, playbook, reset_baselines)
+            base_in = _baseline(history, node, rec, playbook, reset_baselines, t)
             add_findings(node, "baseline", judge_baseline.judge(base_in, t, host), {
                 "compared": len(base_in["figures"]), "recorded": len(rec["baselines"])})
         previous, changes = changes_since(history, node, rec, playbook)

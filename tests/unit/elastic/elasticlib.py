@@ -102,7 +102,9 @@ if mode == "hang":
     sys.exit(1)
 max_restarts = int(opts["max-restarts"])
 for restart in range(max_restarts + 1):
-    env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT=str(restart),
+    # "membership": every restart is one for a membership change, which torchelastic does not count
+    count = 0 if mode == "membership" else restart
+    env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT=str(count),
                TORCHELASTIC_MAX_RESTARTS=str(max_restarts), TORCHELASTIC_RUN_ID=opts["rdzv-id"])
     rc = subprocess.call([sys.executable, "-u"] + args, env=env)
     if rc == 0:
@@ -110,14 +112,15 @@ for restart in range(max_restarts + 1):
 sys.exit(1)
 '''
 
-# An entrypoint that fails its first FAIL_TIMES starts (counted in a file), then succeeds; it prints what it was
-# offered to resume from.
+# An entrypoint that fails its first FAIL_TIMES starts (counted in a file), then succeeds; it prints torchelastic's
+# restart count, the wrapper's, and what it was offered to resume from.
 FLAKY_ENTRY = r'''import os, sys
 count_file = os.environ["FAKE_DIR"] + "/starts"
 n = int(open(count_file).read()) if os.path.exists(count_file) else 0
 open(count_file, "w").write(str(n + 1))
 with open(os.environ["FAKE_DIR"] + "/resume.log", "a") as fh:
-    fh.write("%s %s\n" % (os.environ.get("TORCHELASTIC_RESTART_COUNT"), os.environ.get("GPUFLEET_RESUME_FROM")))
+    fh.write("%s %s %s\n" % (os.environ.get("TORCHELASTIC_RESTART_COUNT"), os.environ.get("GPUFLEET_RESTART_COUNT"),
+                             os.environ.get("GPUFLEET_RESUME_FROM")))
 sys.exit(1 if n < int(os.environ.get("FAIL_TIMES", "0")) else 0)
 '''
 

@@ -11,7 +11,7 @@ import time
 import elasticlib
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import elastic_launcher as el
-from ansible_collections.kentino.gpufleet.plugins.module_utils import gpufleet_ckpt
+from ansible_collections.kentino.gpufleet.plugins.module_utils import elastic_worker, gpufleet_ckpt
 from ansible_collections.kentino.gpufleet.plugins.module_utils.elastic_worker import backoff_delay
 
 
@@ -100,7 +100,7 @@ def test_restarts_back_off_resume_from_the_checkpoint_and_the_job_finishes(node,
     assert r.returncode == el.EXIT_FINISHED, r.stderr
     assert time.monotonic() - started >= 0.1 + 0.2  # restarts 1 and 2: >= half of 0.2 s and of 0.4 s
     resume = (tmp_path / "resume.log").read_text().split("\n")[:-1]
-    assert resume == ["0 %s" % ckpt.path, "1 %s" % ckpt.path, "2 %s" % ckpt.path]
+    assert resume == ["0 0 %s" % ckpt.path, "1 1 %s" % ckpt.path, "2 2 %s" % ckpt.path]
     assert "restart 1 of 2: waiting" in r.stderr and "restart 2 of 2: waiting" in r.stderr
     assert "not resuming from .partial-step-000000000050-1-aa" in r.stderr
     assert "the job finished" in r.stderr
@@ -114,6 +114,37 @@ def test_restarts_back_off_resume_from_the_checkpoint_and_the_job_finishes(node,
     assert env["GPUFLEET_CHECKPOINT_DIR"] == str(tmp_path / "ckpt") and env["GPUFLEET_JOB"] == "testjob"
     assert env["GPUFLEET_TRAINING_METRICS_DIR"] == str(tmp_path / "metrics")
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_restarts_for_a_membership_change_are_counted_too(node, tmp_path):
+    """A peer's worker died: this node's agent restarts its (healthy) workers for the membership change and
+    torchelastic's count stays 0. The wrapper counts the starts under the same agent: the entrypoint and the
+    metrics see restart 1, 2 as on the node whose worker failed; no backoff here, the failure was elsewhere."""
+    _path, run = node(max_restarts=2)
+    r = run(FAIL_TIMES="2", FAKE_MODE="membership")
+    assert r.returncode == el.EXIT_FINISHED, r.stderr
+    resume = (tmp_path / "resume.log").read_text().split("\n")[:-1]
+    assert resume == ["0 0 ", "0 1 ", "0 2 "]
+    assert "restart 2 of the worker group: the group changed" in r.stderr and "waiting" not in r.stderr
+    worker = json.loads((tmp_path / "state" / "workers" / "local0.json").read_text())
+    assert worker["restart_count"] == 0 and worker["restarts"] == 2 and worker["backoff_s"] == 0
+    # a new torchrun (the launcher's next attempt, a service restart) starts counting again
+    r = run()
+    assert (tmp_path / "resume.log").read_text().split("\n")[-2] == "0 0 "
+
+
+def test_a_record_left_by_another_agent_is_not_counted(tmp_path):
+    """The count continues only a record of the same torchrun agent (a crashed launcher may leave old ones)."""
+    (tmp_path / "workers").mkdir()
+    record = tmp_path / "workers" / "local0.json"
+    env = {"LOCAL_RANK": "0", "TORCHELASTIC_RESTART_COUNT": "0", "GPUFLEET_ELASTIC_STATE_DIR": str(tmp_path)}
+    record.write_text(json.dumps({"agent_pid": -1, "restarts": 5}))
+    assert elastic_worker.prepare(dict(env))["restarts"] == 0
+    record.write_text(json.dumps({"agent_pid": os.getppid(), "restarts": 5}))
+    env_seen = dict(env)
+    assert elastic_worker.prepare(env_seen)["restarts"] == 6 and env_seen["GPUFLEET_RESTART_COUNT"] == "6"
+    record.write_text("{not json")
+    assert elastic_worker.prepare(dict(env))["restarts"] == 0
 
 
 def test_workers_out_of_restarts_exit_10(node, tmp_path):
@@ -181,11 +212,12 @@ def test_drain_waits_for_a_fresh_checkpoint_then_stops_and_keeps_the_node_out(no
                                                                         "riser swap"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "drain requested" in r.stdout
-    time.sleep(1.5)
-    assert proc.poll() is None  # still waiting for the job's next checkpoint
+    elasticlib.wait_for(lambda: state(tmp_path).get("draining"), 20, "the launcher seeing the drain")
+    assert proc.poll() is None  # it saw the request and waits for the job's next checkpoint
     gpufleet_ckpt.save(str(tmp_path / "ckpt"), 7, lambda d: open(d + "/s", "w").write("x"))
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == el.EXIT_STOPPED and "stopping torchrun (drained)" in err, err
+    assert "drain requested (riser swap): stopping torchrun after the job's next checkpoint (at most 30.0 s)" in err
     status = json.loads(run("status").stdout)
     assert status["drain"]["reason"] == "riser swap" and status["checkpoint"]["step"] == 7
     # a restart of the service does not rejoin while drained

@@ -56,6 +56,15 @@ def test_first_step_writes_a_valid_file_with_every_series(tmp_path, monkeypatch)
     assert "gpufleet_training_compute_seconds" not in got
 
 
+def test_restart_count_is_the_wrapper_count_when_there_is_one(tmp_path, monkeypatch):
+    """A restart for a peer's failure leaves TORCHELASTIC_RESTART_COUNT at 0; the worker wrapper's count has it."""
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    monkeypatch.setenv("GPUFLEET_RESTART_COUNT", "1")
+    m = make(tmp_path, Clock())
+    m.step(1, 2.5)
+    assert parse(m.path)["gpufleet_training_restart_count"][0] == 1
+
+
 def test_writes_are_throttled_and_carry_the_window_means(tmp_path):
     clock = Clock()
     m = make(tmp_path, clock, min_interval_s=1.0)

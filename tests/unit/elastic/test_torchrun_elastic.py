@@ -131,7 +131,11 @@ def diagnose(*nodes):
 
 
 def test_killed_worker_restarts_after_backoff_and_resumes_from_the_last_checkpoint(cluster):
-    a = cluster("node-a", min_nodes=2, max_nodes=2, args=["--steps", "45", "--ckpt-every", "8"],
+    """node-a's worker holds when its collective fails (as a rank hung in NCCL would): its agent can only see the
+    peer rejoining, and restarts its workers for the membership change, which torchelastic does not count
+    (TORCHELASTIC_RESTART_COUNT stays 0 there). Without the hold, which of the two restarts node-a makes is a race
+    between the agents' monitor ticks and the worker's exit; the wrapper's count is 1 either way."""
+    a = cluster("node-a", min_nodes=2, max_nodes=2, args=["--steps", "45", "--ckpt-every", "8", "--hold-on-error"],
                 gate={"enabled": True, "checks": ["gpus", "xid", "busy", "storage"]})
     b = cluster("node-b", min_nodes=2, max_nodes=2, args=["--steps", "45", "--ckpt-every", "8"])
     a.start(cluster.tree), b.start(cluster.tree)
@@ -159,6 +163,8 @@ def test_killed_worker_restarts_after_backoff_and_resumes_from_the_last_checkpoi
     assert after[0]["t"] - killed_at >= 0.5
     assert "restart 1 of 2: waiting" in b.log() and "resuming from %s" % after[0]["resumed_from"].replace(
         "node-a", "node-b") in b.log()
+    assert "holding until the agent stops this worker" in a.log(), diagnose(a)
+    assert "restart 1 of the worker group: the group changed" in a.log(), diagnose(a)
 
     # the metrics tell the same story: restart_count 0 up to the kill, then 1 from the resumed step on, the loss of
     # a step the same before and after

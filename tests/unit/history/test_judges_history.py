@@ -237,21 +237,40 @@ def test_one_gpu_on_another_vbios_names_that_gpu():
 
 
 # ---- baseline ------------------------------------------------------------------------------------------------------
-def item(value, base, metric="burn_gflops", gpu=3):
+def item(value, base, metric="burn_gflops", gpu=3, samples=None, last=None):
     return {"metric": metric, "detail": "", "unit": "Gflop/s", "gpu": gpu, "pci": "0000:5d:00" if gpu is not None
-            else None, "value": value, "baseline": {"value": base, "run_id": "burnin-1", "ts": T0}}
+            else None, "value": value, "baseline": {"value": base, "run_id": "burnin-1", "ts": T0,
+                                                    "samples": samples or [], "last": last}}
 
 
-def test_twenty_percent_below_its_own_baseline_warns_fifteen_does_not():
-    (f,) = check_shape(judge_baseline.judge({"figures": [item(40960.0, 51200.0)]}, t(), HOST))
+def test_twenty_percent_below_warns_when_it_repeats_fifteen_does_not():
+    # One run is no spread: a first low reading is noted (low), not flagged; the same again in the next run warns.
+    assert judge_baseline.assess(item(40960.0, 51200.0), t())["low"]
+    assert judge_baseline.judge({"figures": [item(40960.0, 51200.0)]}, t(), HOST) == []
+    (f,) = check_shape(judge_baseline.judge({"figures": [item(40960.0, 51200.0, last="low")]}, t(), HOST))
     assert f["code"] == "BELOW_BASELINE" and f["gpu"] == 3 and "20% below" in f["message"]
-    assert "burnin-1" in f["message"] and "cooling" in f["action"]
-    assert judge_baseline.judge({"figures": [item(44000.0, 51200.0)]}, t(), HOST) == []
-    assert judge_baseline.judge({"figures": [item(40960.0, 51200.0)]}, t(gpufleet_baseline_max_drop=0.25), HOST) == []
+    assert "burnin-1" in f["message"] and "cooling" in f["action"] and "previous run too" in f["message"]
+    assert judge_baseline.judge({"figures": [item(44000.0, 51200.0, last="low")]}, t(), HOST) == []
+    assert judge_baseline.judge({"figures": [item(40960.0, 51200.0, last="low")]},
+                                t(gpufleet_baseline_max_drop=0.25), HOST) == []
+
+
+def test_the_reference_is_the_median_of_the_first_runs_and_their_spread_decides():
+    steady = [51000.0, 51200.0, 50900.0, 51100.0, 51300.0]
+    ref = judge_baseline.reference({"value": 51000.0, "samples": steady + [51050.0] * 5 + [10.0] * 20})
+    assert ref["value"] == 51050.0 and ref["runs"] == judge_baseline.BASELINE_RUNS  # the first ten runs only
+    (f,) = judge_baseline.judge({"figures": [item(40960.0, 51000.0, samples=steady)]}, t(), HOST)
+    assert "beyond 3 times its spread" in f["message"] and "median of 5 good burn-in(s)" in f["message"]
+    # A noisy figure (a shared disk: 95 to 453 MB/s) needs a repeat even far below its median.
+    noisy = [453.0, 300.0, 120.0, 410.0, 95.0]
+    a = judge_baseline.assess(item(70.0, 453.0, "storage_write_mb_per_s", None, noisy), t())
+    assert a["low"] and not a["beyond_spread"] and not a["flag"] and a["reference"]["value"] == 300.0
+    # Two runs: no spread yet.
+    assert judge_baseline.reference({"value": 1.0, "samples": [2.0, 4.0]}) == {"value": 3.0, "spread": None, "runs": 2}
 
 
 def test_node_figures_and_missing_baselines():
-    busbw = item(250.0, 368.0, "nccl_busbw_gbps", gpu=None)
+    busbw = item(250.0, 368.0, "nccl_busbw_gbps", gpu=None, last="low")
     (f,) = judge_baseline.judge({"figures": [busbw, dict(item(1.0, 1.0), baseline=None)]}, t(), HOST)
     assert f["gpu"] is None and "bus bandwidth" in f["message"]
 

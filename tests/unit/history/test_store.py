@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -115,15 +114,49 @@ def test_an_old_schema_is_migrated_forward_keeping_its_runs(tmp_path):
 
 
 WRITER = textwrap.dedent("""
-    import sys, time
+    import contextlib, os, sqlite3, sys, time
     sys.path.insert(0, %(collections)r)
     sys.path.insert(0, %(tests)r)
     from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History
     from test_store import node, run
-    path, name, start, hosts = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
-    while time.time() < start:
-        time.sleep(0.001)
+    path, name, sync, role, hosts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+
+    def mark(what):
+        open(os.path.join(sync, what), "w").close()
+
+    def wait(what):
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(sync, what)):
+            assert time.monotonic() < deadline, "%%s: no %%s within 120 s" %% (name, what)
+            time.sleep(0.002)
+
+    # The barrier: both writers start creating (and migrating) the file at once.
+    mark("ready-" + name)
+    wait("ready-a"), wait("ready-b")
     with History(path) as h:
+        mark("opened-" + name)  # the second barrier: both have created or migrated the file
+        wait("opened-a"), wait("opened-b")
+        if role == "hold":
+            # Hold the write transaction of the run until the other writer has found the file locked by it.
+            plain = h.transaction
+
+            @contextlib.contextmanager
+            def held():
+                with plain() as db:
+                    mark("holding")
+                    wait("locked-out")
+                    yield db
+            h.transaction = held
+        else:
+            wait("holding")
+            probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+                raise SystemExit("%%s: the file was not locked while the other writer held its transaction" %% name)
+            except sqlite3.OperationalError as exc:
+                assert "locked" in str(exc), exc
+            probe.close()
+            mark("locked-out")  # the other writer commits now; this one's record waits for it (busy timeout)
         h.record(run(name, 1.8e9), [node("%%s-%%d" %% (name, i), 1.8e9, gpus=8) for i in range(hosts)])
     print("recorded", name)
 """)
@@ -136,13 +169,20 @@ def _writer(tmp_path):
 
 
 def test_two_runs_writing_at_the_same_moment_both_land(tmp_path):
+    """Two writers meet at a barrier, race to create and migrate the file, then overlap for certain: one holds its
+    run's write transaction until the other has found the file locked (a probe with no busy timeout), and the other
+    then records its run through the store's busy timeout. Both runs land, the file is sound."""
     path = tmp_path / store.FILE_NAME  # not created yet: both writers race to create and migrate it too
     script = _writer(tmp_path)
-    start = time.time() + 1.0
-    procs = [subprocess.Popen([sys.executable, str(script), str(path), name, str(start), "40"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
-    outs = [p.communicate(timeout=120) for p in procs]
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    procs = [subprocess.Popen([sys.executable, str(script), str(path), name, str(sync), role, "40"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, role in (("a", "hold"), ("b", "try"))]
+    outs = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    assert sorted(p.name for p in sync.iterdir()) == ["holding", "locked-out", "opened-a", "opened-b", "ready-a",
+                                                      "ready-b"]
     with History(path) as h:
         assert sorted(r["run_id"] for r in h.runs()) == ["a", "b"]
         assert h.db.execute("SELECT COUNT(*) FROM gpu_runs").fetchone()[0] == 2 * 40 * 8

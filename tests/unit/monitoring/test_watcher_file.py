@@ -115,6 +115,38 @@ def test_a_restart_counts_nothing_twice(watcher, kern, sig):
     assert xid_count(m) == 2 and value(m, "gpufleet_watcher_lines_read_total") == 3
 
 
+def test_a_line_is_read_when_it_is_written_not_at_the_next_poll(tmp_path, kern):
+    """The watcher blocks on the file (inotify) instead of polling: with a poll interval and heartbeat of a minute,
+    an XID still reaches the textfile within seconds."""
+    w = WatcherProc(tmp_path / "w", source="file", log_file=str(kern), poll_seconds=60, heartbeat_seconds=60)
+    try:
+        w.start()
+        append(kern, syslog_line(XID79.format(bus="c1")))
+        w.wait_for(lambda m: xid_count(m) == 1, timeout=10, what="the XID without a poll")
+        assert "polling" not in w.log()
+    finally:
+        w.stop()
+
+
+def test_a_crash_between_two_state_saves_never_shows_a_lower_counter(tmp_path, kern):
+    """The state (position and counters, fsync'ed) is saved less often than the textfile is written: after a crash
+    the new process reads the log from the saved position before its first write, so the textfile goes on from the
+    counts it showed, and nothing counts twice."""
+    w = WatcherProc(tmp_path / "w", source="file", log_file=str(kern), state_write_seconds=3600)
+    try:
+        w.start()
+        append(kern, syslog_line(XID79.format(bus="c1")), syslog_line("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x"))
+        w.wait_for(lambda m: xid_count(m) == 2)
+        assert w.state()["counters"] == []  # the state is behind the textfile: the case under test
+        started = value(w.metrics(), "gpufleet_watcher_start_time_seconds")
+        w.stop(signal.SIGKILL)
+        w.start()
+        m = w.wait_for(lambda m: value(m, "gpufleet_watcher_start_time_seconds") != started, what="the new process")
+        assert xid_count(m) == 2 and value(m, "gpufleet_xid_events_total", xid="79") == 1
+    finally:
+        w.stop()
+
+
 def test_rotation_while_running_and_while_stopped(watcher, kern):
     watcher.start()
     append(kern, syslog_line("NVRM: Xid (PCI:0000:01:00): 48, pid=1, name=x, one"))

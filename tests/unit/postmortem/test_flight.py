@@ -28,6 +28,26 @@ def test_stopped_rank_never_joined(version):
     assert a["first_mismatch"] is None and a["refused"] == []
 
 
+@pytest.mark.parametrize("completed", [False, True], ids=["open", "marked-completed"])
+def test_rank_that_joined_after_the_timeout_is_named_by_the_enqueue_times(completed):
+    """Rank 5 woke up and enqueued #100 after the others' 600 s timeout: only the enqueue times tell it apart. gloo
+    may also have marked #100 completed on every rank (nothing open): the last collective is checked the same way."""
+    a = analyse_dumps(items(job_dumps(world=8, culprit=5, seq=100, mode="late", late_s=605, completed=completed)),
+                      world_size=8)
+    assert [(c["rank"], c["basis"], c["seq"]) for c in a["culprits"]] == [(5, "late_joined", 100)]
+    assert ("rank 5 joined collective all_reduce #100 of process group default_pg 605.0 s after rank 0, later than "
+            "its 600 s timeout: rank(s) 0,1,2,3,4,6,7 had given up waiting (the timing is the evidence"
+            in a["culprits"][0]["reason"])
+    assert a["groups"][0]["stuck_seq"] == (None if completed else 100)
+
+
+@pytest.mark.parametrize("late_s, version", [(30, "2.10"), (605, "2.4")], ids=["within-timeout", "no-timeout-known"])
+def test_a_rank_late_within_the_timeout_or_without_one_is_not_named(late_s, version):
+    a = analyse_dumps(items(job_dumps(world=4, culprit=1, seq=20, mode="late", late_s=late_s, version=version)),
+                      world_size=4)
+    assert a["culprits"] == [] and a["groups"][0]["late_joined"] == []
+
+
 def test_mismatched_collective_names_the_odd_rank_and_its_frames():
     a = analyse_dumps(items(job_dumps(world=8, culprit=3, seq=77, mode="mismatch")), world_size=8)
     culprit = a["culprits"][0]

@@ -42,8 +42,15 @@ def _stage_tasks():
         for task in yaml.safe_load(path.read_text()) or []:
             for block in [task] + list(task.get("block") or []):
                 for key, options in block.items():
-                    if key.startswith("kentino.gpufleet.") and key.split(".")[-1] in MODULE_JUDGES:
-                        yield path.name, key.split(".")[-1], options or {}
+                    if not key.startswith("kentino.gpufleet."):
+                        continue
+                    if key == "kentino.gpufleet.job_wait" and (options or {}).get("start"):  # started and waited for
+                        key, options = options["start"]["module"], options["start"].get("args")
+                    options = options or {}
+                    if key.split(".")[-1] in MODULE_JUDGES:
+                        yield path.name, key.split(".")[-1], options
+                    if key == "kentino.gpufleet.gpu_burn" and options.get("sample"):  # the sampler in the burn's job
+                        yield path.name, "gpu_sample", options["sample"]
 
 
 def test_every_stage_gives_its_module_every_threshold_and_the_context():

@@ -39,6 +39,21 @@ def _popen(sim, *args):
                             stderr=subprocess.PIPE, env=sim.env("healthy_rtx5090"))
 
 
+def _following(proc, node, timeout=30.0):
+    """Wait until the follower prints what is appended (with --lines=0 a line written before it started is never
+    printed): append numbered markers until one comes back, then read up to the last one."""
+    deadline = time.monotonic() + timeout
+    sent, seen = 0, None
+    while seen is None and time.monotonic() < deadline:
+        sent += 1
+        node.append_kernel(["NVRM: marker %d" % sent])
+        got = _read_json_lines(proc, 1, timeout=0.5)
+        seen = int(got[0]["MESSAGE"].split()[-1]) if got else None
+    assert seen is not None, "the follower printed none of %d markers" % sent
+    while seen < sent:
+        seen = int(_read_json_lines(proc, 1)[0]["MESSAGE"].split()[-1])
+
+
 def test_lines_all_and_follow_default_of_ten(sim):
     everything = sim.run("healthy_rtx5090", "journalctl", "-o", "json", "-b", "0").stdout.splitlines()
     assert len(everything) > 10
@@ -69,10 +84,13 @@ def test_follow_prints_appended_entries_once_after_the_cursor(sim, sim_package):
 
 
 def test_follow_without_position_starts_with_the_last_ten(sim, sim_package):
-    _node(sim_package, sim)
+    node = _node(sim_package, sim)
     proc = _popen(sim, "-f", "-o", "json")
     try:
-        assert len(_read_json_lines(proc, 20, timeout=1.5)) == 10
+        first = _read_json_lines(proc, 10, timeout=30)
+        assert len(first) == 10
+        node.append_kernel(["NVRM: after the start"])  # the next line printed: nothing beyond the ten came first
+        assert [r["MESSAGE"] for r in _read_json_lines(proc, 1, timeout=30)] == ["NVRM: after the start"]
     finally:
         proc.terminate()
         proc.wait(10)
@@ -83,13 +101,7 @@ def test_follow_after_a_reset_prints_only_new_entries(sim, sim_package):
     proc = _popen(sim, "-f", "-o", "json", "--lines=0")
     try:
         from gpufleet_sim.state import reset
-        # The follower is following once it prints a line appended after it started: append one until it does (a
-        # wait on that, not on a guessed start-up time).
-        deadline = time.monotonic() + 30
-        while not _read_json_lines(proc, 1, timeout=0.5):
-            assert time.monotonic() < deadline, "journalctl -f printed nothing appended within 30 s"
-            node.append_kernel(["NVRM: before the reboot"])
-        assert {r["MESSAGE"] for r in _read_json_lines(proc, 100, timeout=1.0)} <= {"NVRM: before the reboot"}
+        _following(proc, node)
         reset(str(sim.state()))
         node = _node(sim_package, sim)  # the simulated reboot writes a fresh log with its history
         node.append_kernel(["NVRM: after the reboot"])
