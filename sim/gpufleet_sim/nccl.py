@@ -111,12 +111,7 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")) or 1)
     nranks = world * o["g"] * o["t"]
     devices = cuda_devices(node, node.lost())
-    out.write("# nccl-tests version 2.13.11 nccl-headers=22304 nccl-library=22304\n")
-    out.write("# Collective test starting: all_reduce_perf\n")
-    out.write("# nThread %d nGpus %d minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: %d "
-              "validation: %d graph: %d\n" % (o["t"], o["g"], o["b"], o["e"], o["f"] if o["f"] else o["i"],
-                                              "factor" if o["f"] else "bytes", o["w"], o["n"], o["m"], o["c"], o["G"]))
-    out.write("#\n# Using devices\n")
+    out.write(header(o))
     if not fabric.ready(node):
         out.flush()
         err.write("%s: Test CUDA failure common.cu:1011 '%s'\n .. %s pid %d: Test failure common.cu:891\n"
@@ -132,18 +127,9 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         out.write("#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s\n"
                   % (r, pid + (r // max(1, o["g"] * o["t"])), host,
                      r, g["pci_xid"], g["name"]))
-    out.write("#\n")
-    out.write("# %10s  %12s  %8s  %6s  %6s" % ("", "", "", "", "")
-              + "           out-of-place                       in-place          \n")
-    out.write("# %10s  %12s  %8s  %6s  %6s" % ("size", "count", "type", "redop", "root")
-              + "  %7s  %6s  %6s  %6s" % ("time", "algbw", "busbw", "#wrong")
-              + "  %7s  %6s  %6s  %6s\n" % ("time", "algbw", "busbw", "#wrong"))
-    out.write("# %10s  %12s  %8s  %6s  %6s" % ("(B)", "(elements)", "", "", "")
-              + "  %7s  %6s  %6s  %6s" % ("(us)", "(GB/s)", "(GB/s)", "")
-              + "  %7s  %6s  %6s  %6s\n" % ("(us)", "(GB/s)", "(GB/s)", ""))
+    out.write(TITLES)
     out.flush()
     start = time.time()
-    tsize = TYPE_SIZES.get(o["d"], 4)
     sizes = _sizes(o)
     total_us = 0.0
     node.add_load([g["index"] for g in gpus], start, start + 3600, "all_reduce_perf",
@@ -156,19 +142,10 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         algbw_peak = peak / factor if factor else peak
         latency_us = 9.0 if node.model.get("busbw_gbps", 0) > 100 else 28.0
         for n, size in enumerate(sizes):
-            count = size // tsize
-            cells = []
-            for place in (0, 1):
-                wobble = 1.0 + (((n * 7 + place * 3) % 11) - 5) / 400.0
-                t_us = (latency_us + size / (algbw_peak * 1e3)) * wobble
-                algbw = size / t_us / 1e3
-                busbw = algbw * factor
-                if place == 0:
-                    busbws.append(busbw)
-                total_us += t_us * (o["n"] + o["w"])
-                cells.append("  %s  %6.2f  %6.2f  %6s" % (_time_str(t_us), algbw, busbw,
-                                                          "0" if o["c"] else "N/A"))
-            out.write("%12d  %12d  %8s  %6s  %6d" % (size, count, o["d"], o["o"], -1) + "".join(cells) + "\n")
+            line, busbw, t_us = row(o, n, size, algbw_peak, factor, latency_us)
+            busbws.append(busbw)
+            total_us += t_us
+            out.write(line)
             if node.scen["nccl"].get("mpi_noise") and world > 1 and n == len(sizes) // 2:
                 out.write("[%s:%05d] %d more processes have sent help message help-mpi-btl-openib.txt / "
                           "no device params found\n" % (host, pid, world - 1))
@@ -181,12 +158,57 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         time.sleep(float(os.environ.get("GPUFLEET_SIM_NCCL_HOLD_S") or 0))
     finally:
         node.remove_load()
+    text, verdict = footer(busbws)
+    out.write(text)
+    return 1 if verdict == "FAILED" else 0
+
+
+def header(o):
+    """The lines before the ranks: version, the options' line, "Using devices"."""
+    return ("# nccl-tests version 2.13.11 nccl-headers=22304 nccl-library=22304\n"
+            "# Collective test starting: all_reduce_perf\n"
+            "# nThread %d nGpus %d minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: %d "
+            "validation: %d graph: %d\n" % (o["t"], o["g"], o["b"], o["e"], o["f"] if o["f"] else o["i"],
+                                            "factor" if o["f"] else "bytes", o["w"], o["n"], o["m"], o["c"], o["G"])
+            + "#\n# Using devices\n")
+
+
+def rank_line(rank, pid, host, device, pci, name):
+    return "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s\n" % (rank, pid, host, device, pci, name)
+
+
+TITLES = ("#\n"
+          + "# %10s  %12s  %8s  %6s  %6s" % ("", "", "", "", "")
+          + "           out-of-place                       in-place          \n"
+          + "# %10s  %12s  %8s  %6s  %6s" % ("size", "count", "type", "redop", "root")
+          + "  %7s  %6s  %6s  %6s" % ("time", "algbw", "busbw", "#wrong")
+          + "  %7s  %6s  %6s  %6s\n" % ("time", "algbw", "busbw", "#wrong")
+          + "# %10s  %12s  %8s  %6s  %6s" % ("(B)", "(elements)", "", "", "")
+          + "  %7s  %6s  %6s  %6s" % ("(us)", "(GB/s)", "(GB/s)", "")
+          + "  %7s  %6s  %6s  %6s\n" % ("(us)", "(GB/s)", "(GB/s)", ""))
+
+
+def row(o, n, size, algbw_peak, factor, latency_us):
+    """(data row, out-of-place busbw, time of all its iterations in us) of the n-th size."""
+    count = size // TYPE_SIZES.get(o["d"], 4)
+    cells, busbw_oop, total_us = [], 0.0, 0.0
+    for place in (0, 1):
+        wobble = 1.0 + (((n * 7 + place * 3) % 11) - 5) / 400.0
+        t_us = (latency_us + size / (algbw_peak * 1e3)) * wobble
+        algbw = size / t_us / 1e3
+        busbw = algbw * factor
+        busbw_oop = busbw if place == 0 else busbw_oop
+        total_us += t_us * (o["n"] + o["w"])
+        cells.append("  %s  %6.2f  %6.2f  %6s" % (_time_str(t_us), algbw, busbw, "0" if o["c"] else "N/A"))
+    return "%12d  %12d  %8s  %6s  %6d" % (size, count, o["d"], o["o"], -1) + "".join(cells) + "\n", busbw_oop, total_us
+
+
+def footer(busbws):
+    """(the footer, OK/FAILED/"" of NCCL_TESTS_MIN_BW)."""
     avg = sum(busbws) / len(busbws) if busbws else 0.0
     min_bw = os.environ.get("NCCL_TESTS_MIN_BW")
     verdict = ""
     if min_bw:
         verdict = "FAILED" if avg < float(min_bw) * 0.9 else "OK"
-    out.write("# Out of bounds values : 0 OK\n")
-    out.write("# %-20s : %g %s\n" % ("Avg bus bandwidth", round(avg, 4), verdict))
-    out.write("#\n# Collective test concluded: all_reduce_perf\n#\n\n")
-    return 1 if verdict == "FAILED" else 0
+    return ("# Out of bounds values : 0 OK\n# %-20s : %g %s\n" % ("Avg bus bandwidth", round(avg, 4), verdict)
+            + "#\n# Collective test concluded: all_reduce_perf\n#\n\n"), verdict

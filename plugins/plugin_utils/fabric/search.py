@@ -53,7 +53,7 @@ def first_round(leaves, seed=0):
         b = crossing[other].pop()
         met.update([(leaf, other), (other, leaf)])
         pairs.append((a, b))
-        for k in (leaf, other):
+        for k in {leaf, other}:
             if not crossing[k]:
                 del crossing[k]
     return pairs
