@@ -3,14 +3,16 @@
 Bus bandwidth comes from the scenario (nccl.busbw_peak_gbps, else the model's single-node figure) and is limited by
 the slowest PCIe link of the GPUs taking part *under load* on PCIe platforms: a GPU whose link trains down to Gen1 x4
 under load (pcie_degraded) drags the whole ring down. Run under the sim's mpirun (OMPI_COMM_WORLD_SIZE) it reports
-one rank per process; scenario nccl.mpi_noise puts Open MPI help messages inside the table (a real trap).
+one rank per process; scenario nccl.mpi_noise puts Open MPI help messages inside the table (a real trap). Launched
+by the sim's mpirun across two hosts (-H a:8,b:8) with a fabric (GPUFLEET_SIM_FABRIC), it is a two-node test: ranks
+on both hosts, the bus bandwidth the fabric gives the pair (ib_fabric.py), or NCCL's remote error when a port flaps.
 """
 
 import os
 import sys
 import time
 
-from . import fabric
+from . import fabric, ib_fabric
 from .gpu import View
 from .gpu_burn import cuda_devices
 
@@ -117,27 +119,43 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         err.write("%s: Test CUDA failure common.cu:1011 '%s'\n .. %s pid %d: Test failure common.cu:891\n"
                   % (host, fabric.NOT_READY, host, pid))
         return 1
-    if nranks > len(devices):
+    hosts = [h for h in os.environ.get("GPUFLEET_SIM_MPI_HOSTS", "").split(",") if h]
+    two_node = len(hosts) == 2 and bool(os.environ.get("GPUFLEET_SIM_FABRIC"))
+    per_host = max(1, nranks // 2) if two_node else nranks
+    if per_host > len(devices):
         out.flush()
         err.write("%s: Test CUDA failure common.cu:1011 'invalid device ordinal'\n .. %s pid %d: Test failure "
                   "common.cu:891\n" % (host, host, pid))
         return 1
-    gpus = devices[:nranks]
-    for r, g in enumerate(gpus):
-        out.write("#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s\n"
-                  % (r, pid + (r // max(1, o["g"] * o["t"])), host,
-                     r, g["pci_xid"], g["name"]))
+    pair = None
+    if two_node:
+        try:
+            ib = ib_fabric.Fabric.load(os.environ["GPUFLEET_SIM_FABRIC"])
+            pair = ib.pair(hosts[0], hosts[1], os.environ.get("GPUFLEET_SIM_FABRIC_TEST") or time.time_ns())
+        except (OSError, ValueError) as exc:
+            err.write("%s: gpufleet-sim fabric %s: %s\n" % (host, os.environ["GPUFLEET_SIM_FABRIC"], exc))
+            return 2
+        gpus = devices[:per_host] * 2
+        for r, g in enumerate(gpus):
+            out.write(rank_line(r, pid + r, hosts[r // per_host], r % per_host, g["pci_xid"], g["name"]))
+    else:
+        gpus = devices[:nranks]
+        for r, g in enumerate(gpus):
+            out.write(rank_line(r, pid + (r // max(1, o["g"] * o["t"])), host, r, g["pci_xid"], g["name"]))
     out.write(TITLES)
     out.flush()
     start = time.time()
     sizes = _sizes(o)
     total_us = 0.0
-    node.add_load([g["index"] for g in gpus], start, start + 3600, "all_reduce_perf",
+    node.add_load(sorted(set(g["index"] for g in gpus)), start, start + 3600, "all_reduce_perf",
                   process_name=os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "all_reduce_perf")
     busbws = []
     try:
         view = View(node)
-        peak = _peak_busbw(node, view, gpus)
+        if pair is None:
+            peak = _peak_busbw(node, view, gpus)
+        else:  # a flapping link runs at full speed until it drops
+            peak = pair["busbw_gbps"] if pair["busbw_gbps"] is not None else ib.healthy_gbps()
         factor = 2.0 * (nranks - 1) / nranks if nranks > 1 else 0.0
         algbw_peak = peak / factor if factor else peak
         latency_us = 9.0 if node.model.get("busbw_gbps", 0) > 100 else 28.0
@@ -145,6 +163,11 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
             line, busbw, t_us = row(o, n, size, algbw_peak, factor, latency_us)
             busbws.append(busbw)
             total_us += t_us
+            if pair is not None and pair["error"] and n == len(sizes) // 2:
+                out.flush()
+                err.write("%s: Test NCCL failure common.cu:1006 '%s'\n .. %s pid %d: Test failure common.cu:891\n"
+                          % (host, pair["error"], host, pid))
+                return 1
             out.write(line)
             if node.scen["nccl"].get("mpi_noise") and world > 1 and n == len(sizes) // 2:
                 out.write("[%s:%05d] %d more processes have sent help message help-mpi-btl-openib.txt / "
