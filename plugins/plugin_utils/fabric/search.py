@@ -15,9 +15,20 @@ paired, or after max_rounds. Who is accused is judge_fabric's decision alone.
 from __future__ import annotations
 
 import random
+import re
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_fabric
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete
+
+# A leaf name reaches reports and commands: letters, digits and ._:- (the spec of gpufleet_fabric_leaf).
+LEAF_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,63}\Z")
+
+
+def leaf_errors(leaves):
+    """Messages for every node whose leaf name is not a clean name (empty or None: the node has no leaf)."""
+    return ["host %s: gpufleet_fabric_leaf=%r is not a leaf switch name (letters, digits and ._:-, at most 64): fix "
+            "it in host_vars/group_vars" % (node, leaf) for node, leaf in sorted(leaves.items())
+            if leaf not in (None, "") and not (isinstance(leaf, str) and LEAF_NAME.match(leaf))]
 
 
 def _by_leaf(leaves):
@@ -85,8 +96,13 @@ def next_round(result, t):
 def search(leaves, run_round, t, max_rounds=4, seed=0):
     """Run the search: run_round(round_no, [(a, b)]) -> [{"nodes": [a, b], "busbw_gbps", "error", "evidence"}] runs
     one round's pairs (in parallel) and answers each; a pair it does not answer is recorded as an error.
-    Returns the judge's input with the rounds run: {"pairs", "leaves", "rounds"}."""
-    result = {"pairs": [], "leaves": dict(leaves), "rounds": 0}
+    Returns the judge's input with the rounds run: {"pairs", "leaves", "rounds"}. ValueError (every bad leaf name)
+    before any round."""
+    errors = leaf_errors(leaves)
+    if errors:
+        raise ValueError("; ".join(errors))
+    leaves = dict((node, leaf or None) for node, leaf in leaves.items())
+    result = {"pairs": [], "leaves": leaves, "rounds": 0}
     plan = first_round(leaves, seed)
     while plan and result["rounds"] < max_rounds:
         result["rounds"] += 1

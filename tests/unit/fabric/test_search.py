@@ -1,6 +1,7 @@
 """The fabric search's rounds against the simulated fabric: culprits named in bounded rounds, nobody healthy or
 untestable accused (property tests over random faults), the first round's plan."""
 
+import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_fabric
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.fabric import search
@@ -97,3 +98,13 @@ def test_no_healthy_or_untestable_node_is_ever_accused(case):
     slow = set(f["node"] for f in faults if f["kind"] in ("slow_nic", "bad_cable"))
     assert set(a["accused"]) <= slow, (faults, a["accused"])
     assert result["rounds"] <= 6
+
+
+def test_a_malformed_leaf_name_is_refused_before_any_round_naming_the_host():
+    ran = []
+    with pytest.raises(ValueError, match=r"host n2: gpufleet_fabric_leaf='leaf 1; reboot'"):
+        search.search({"n1": "leaf1", "n2": "leaf 1; reboot", "n3": ""}, lambda rnd, plan: ran.append(plan), T)
+    assert ran == []
+    assert search.leaf_errors({"n1": "leaf-01", "n2": None, "n3": "", "n4": 7}) == [
+        "host n4: gpufleet_fabric_leaf=7 is not a leaf switch name (letters, digits and ._:-, at most 64): fix it in "
+        "host_vars/group_vars"]
