@@ -51,8 +51,8 @@ def parse_range(option):
 
 def kind_of(name, option):
     typ, rng = option.get("type"), parse_range(option)
-    if typ == "int" and rng == (0.0, True, None):
-        return "int"
+    if typ == "int" and rng and rng[0] >= 0 and rng[1] and rng[2] is None:
+        return "int"  # the run guard checks the spec's own lowest value; the node side checks >= 0
     if typ == "float" and rng == (0.0, True, None):
         return "number"
     if typ == "float" and rng == (0.0, False, 1.0):

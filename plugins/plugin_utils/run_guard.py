@@ -154,14 +154,17 @@ def type_errors(host, values, spec=None):
     bad = set()
     for message in result.error_messages:
         bad.update(name for name in given if name in message)
-    for name, (low, low_ok, high) in ranges(options).items():
-        value = result.validated_parameters.get(name) if name in given and name not in bad else None
+    checked = dict((name, result.validated_parameters.get(name)) for name in given if name not in bad)
+    resolved, _sources, threshold_errors = resolve(values, host)
+    # A threshold of a valid kind can still be out of its spec's range (gpufleet_fabric_accuse_partners: at least 2).
+    checked.update((name, resolved.get(name)) for name in THRESHOLDS if values.get(name) is not None)
+    for name, (low, low_ok, high) in ranges(spec).items():
+        value = checked.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 value < low or (value == low and not low_ok) or (high is not None and value > high)):
             errors.append("host %s: %s is %s, must be %s%s (roles/gpufleet/meta/argument_specs.yml)" % (
                 host, name, values[name], "at least %g" % low if low_ok else "more than %g" % low,
                 ", at most %g" % high if high is not None else ""))
-    _thresholds, _sources, threshold_errors = resolve(values, host)
     return errors + threshold_errors
 
 

@@ -1,7 +1,9 @@
 """Stand-in for mpirun: runs the program once as every rank would (the stand-ins print rank 0's view).
 
 Accepts the usual Open MPI options (-np/-n N, --allow-run-as-root, -x VAR[=VAL], --bind-to X, --map-by X, -H hosts,
---hostfile F, --mca K V, --oversubscribe) and exports OMPI_COMM_WORLD_SIZE=N to the program.
+--hostfile F, --mca K V, --oversubscribe) and exports OMPI_COMM_WORLD_SIZE=N to the program, and the hosts of -H
+(`a:8,b:8`) as GPUFLEET_SIM_MPI_HOSTS=a,b: with a fabric (GPUFLEET_SIM_FABRIC) all_reduce_perf then answers as a
+two-node test between them (sim/gpufleet_sim/ib_fabric.py).
 """
 
 import os
@@ -14,6 +16,7 @@ _WITH_TWO = {"--mca", "-mca", "-gmca", "--gmca"}
 
 def main(argv):
     np_ = 1
+    hosts = []
     env = dict(os.environ)
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
@@ -25,6 +28,11 @@ def main(argv):
             val = argv[i + 1] if i + 1 < len(argv) else ""
             if arg in ("-np", "-n", "-c", "--np"):
                 np_ = int(val) if val.isdigit() else 1
+            elif arg in ("-H", "--host"):
+                for host in val.split(","):
+                    name = host.partition(":")[0]
+                    if name and name not in hosts:
+                        hosts.append(name)
             elif arg == "-x":
                 name, eq, value = val.partition("=")
                 if eq:
@@ -38,6 +46,8 @@ def main(argv):
         return 1
     env["OMPI_COMM_WORLD_SIZE"] = str(np_)
     env["OMPI_COMM_WORLD_RANK"] = "0"
+    if hosts:
+        env["GPUFLEET_SIM_MPI_HOSTS"] = ",".join(hosts)
     try:
         os.execvpe(prog[0], prog, env)
     except OSError as exc:

@@ -3,14 +3,16 @@
 Bus bandwidth comes from the scenario (nccl.busbw_peak_gbps, else the model's single-node figure) and is limited by
 the slowest PCIe link of the GPUs taking part *under load* on PCIe platforms: a GPU whose link trains down to Gen1 x4
 under load (pcie_degraded) drags the whole ring down. Run under the sim's mpirun (OMPI_COMM_WORLD_SIZE) it reports
-one rank per process; scenario nccl.mpi_noise puts Open MPI help messages inside the table (a real trap).
+one rank per process; scenario nccl.mpi_noise puts Open MPI help messages inside the table (a real trap). Launched
+by the sim's mpirun across two hosts (-H a:8,b:8) with a fabric (GPUFLEET_SIM_FABRIC), it is a two-node test: ranks
+on both hosts, the bus bandwidth the fabric gives the pair (ib_fabric.py), or NCCL's remote error when a port flaps.
 """
 
 import os
 import sys
 import time
 
-from . import fabric
+from . import fabric, ib_fabric
 from .gpu import View
 from .gpu_burn import cuda_devices
 
@@ -111,64 +113,62 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")) or 1)
     nranks = world * o["g"] * o["t"]
     devices = cuda_devices(node, node.lost())
-    out.write("# nccl-tests version 2.13.11 nccl-headers=22304 nccl-library=22304\n")
-    out.write("# Collective test starting: all_reduce_perf\n")
-    out.write("# nThread %d nGpus %d minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: %d "
-              "validation: %d graph: %d\n" % (o["t"], o["g"], o["b"], o["e"], o["f"] if o["f"] else o["i"],
-                                              "factor" if o["f"] else "bytes", o["w"], o["n"], o["m"], o["c"], o["G"]))
-    out.write("#\n# Using devices\n")
+    out.write(header(o))
     if not fabric.ready(node):
         out.flush()
         err.write("%s: Test CUDA failure common.cu:1011 '%s'\n .. %s pid %d: Test failure common.cu:891\n"
                   % (host, fabric.NOT_READY, host, pid))
         return 1
-    if nranks > len(devices):
+    hosts = [h for h in os.environ.get("GPUFLEET_SIM_MPI_HOSTS", "").split(",") if h]
+    two_node = len(hosts) == 2 and bool(os.environ.get("GPUFLEET_SIM_FABRIC"))
+    per_host = max(1, nranks // 2) if two_node else nranks
+    if per_host > len(devices):
         out.flush()
         err.write("%s: Test CUDA failure common.cu:1011 'invalid device ordinal'\n .. %s pid %d: Test failure "
                   "common.cu:891\n" % (host, host, pid))
         return 1
-    gpus = devices[:nranks]
-    for r, g in enumerate(gpus):
-        out.write("#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s\n"
-                  % (r, pid + (r // max(1, o["g"] * o["t"])), host,
-                     r, g["pci_xid"], g["name"]))
-    out.write("#\n")
-    out.write("# %10s  %12s  %8s  %6s  %6s" % ("", "", "", "", "")
-              + "           out-of-place                       in-place          \n")
-    out.write("# %10s  %12s  %8s  %6s  %6s" % ("size", "count", "type", "redop", "root")
-              + "  %7s  %6s  %6s  %6s" % ("time", "algbw", "busbw", "#wrong")
-              + "  %7s  %6s  %6s  %6s\n" % ("time", "algbw", "busbw", "#wrong"))
-    out.write("# %10s  %12s  %8s  %6s  %6s" % ("(B)", "(elements)", "", "", "")
-              + "  %7s  %6s  %6s  %6s" % ("(us)", "(GB/s)", "(GB/s)", "")
-              + "  %7s  %6s  %6s  %6s\n" % ("(us)", "(GB/s)", "(GB/s)", ""))
+    pair = None
+    if two_node:
+        try:
+            ib = ib_fabric.Fabric.load(os.environ["GPUFLEET_SIM_FABRIC"])
+            pair = ib.pair(hosts[0], hosts[1], os.environ.get("GPUFLEET_SIM_FABRIC_TEST") or time.time_ns())
+        except (OSError, ValueError) as exc:
+            err.write("%s: gpufleet-sim fabric %s: %s\n" % (host, os.environ["GPUFLEET_SIM_FABRIC"], exc))
+            return 2
+        gpus = devices[:per_host] * 2
+        for r, g in enumerate(gpus):
+            out.write(rank_line(r, pid + r, hosts[r // per_host], r % per_host, g["pci_xid"], g["name"]))
+    else:
+        gpus = devices[:nranks]
+        for r, g in enumerate(gpus):
+            out.write(rank_line(r, pid + (r // max(1, o["g"] * o["t"])), host, r, g["pci_xid"], g["name"]))
+    out.write(TITLES)
     out.flush()
     start = time.time()
-    tsize = TYPE_SIZES.get(o["d"], 4)
     sizes = _sizes(o)
     total_us = 0.0
-    node.add_load([g["index"] for g in gpus], start, start + 3600, "all_reduce_perf",
+    node.add_load(sorted(set(g["index"] for g in gpus)), start, start + 3600, "all_reduce_perf",
                   process_name=os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "all_reduce_perf")
     busbws = []
     try:
         view = View(node)
-        peak = _peak_busbw(node, view, gpus)
+        if pair is None:
+            peak = _peak_busbw(node, view, gpus)
+        else:  # a flapping link runs at full speed until it drops
+            peak = pair["busbw_gbps"] if pair["busbw_gbps"] is not None else ib.healthy_gbps()
         factor = 2.0 * (nranks - 1) / nranks if nranks > 1 else 0.0
         algbw_peak = peak / factor if factor else peak
         latency_us = 9.0 if node.model.get("busbw_gbps", 0) > 100 else 28.0
         for n, size in enumerate(sizes):
-            count = size // tsize
-            cells = []
-            for place in (0, 1):
-                wobble = 1.0 + (((n * 7 + place * 3) % 11) - 5) / 400.0
-                t_us = (latency_us + size / (algbw_peak * 1e3)) * wobble
-                algbw = size / t_us / 1e3
-                busbw = algbw * factor
-                if place == 0:
-                    busbws.append(busbw)
-                total_us += t_us * (o["n"] + o["w"])
-                cells.append("  %s  %6.2f  %6.2f  %6s" % (_time_str(t_us), algbw, busbw,
-                                                          "0" if o["c"] else "N/A"))
-            out.write("%12d  %12d  %8s  %6s  %6d" % (size, count, o["d"], o["o"], -1) + "".join(cells) + "\n")
+            line, busbw, t_us = row(o, n, size, algbw_peak, factor, latency_us)
+            busbws.append(busbw)
+            total_us += t_us
+            if pair is not None and pair["error"] and n == len(sizes) // 2:
+                out.flush()
+                err.write("%s: Test NCCL failure common.cu:1006 '%s'\n .. %s pid %d: Test failure common.cu:891\n"
+                          % (host, pair["error"], host, pid))
+                return 1
+            out.write(line)
             if node.scen["nccl"].get("mpi_noise") and world > 1 and n == len(sizes) // 2:
                 out.write("[%s:%05d] %d more processes have sent help message help-mpi-btl-openib.txt / "
                           "no device params found\n" % (host, pid, world - 1))
@@ -181,12 +181,57 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         time.sleep(float(os.environ.get("GPUFLEET_SIM_NCCL_HOLD_S") or 0))
     finally:
         node.remove_load()
+    text, verdict = footer(busbws)
+    out.write(text)
+    return 1 if verdict == "FAILED" else 0
+
+
+def header(o):
+    """The lines before the ranks: version, the options' line, "Using devices"."""
+    return ("# nccl-tests version 2.13.11 nccl-headers=22304 nccl-library=22304\n"
+            "# Collective test starting: all_reduce_perf\n"
+            "# nThread %d nGpus %d minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: %d "
+            "validation: %d graph: %d\n" % (o["t"], o["g"], o["b"], o["e"], o["f"] if o["f"] else o["i"],
+                                            "factor" if o["f"] else "bytes", o["w"], o["n"], o["m"], o["c"], o["G"])
+            + "#\n# Using devices\n")
+
+
+def rank_line(rank, pid, host, device, pci, name):
+    return "#  Rank %2d Group  0 Pid %6d on %10s device %2d [%s] %s\n" % (rank, pid, host, device, pci, name)
+
+
+TITLES = ("#\n"
+          + "# %10s  %12s  %8s  %6s  %6s" % ("", "", "", "", "")
+          + "           out-of-place                       in-place          \n"
+          + "# %10s  %12s  %8s  %6s  %6s" % ("size", "count", "type", "redop", "root")
+          + "  %7s  %6s  %6s  %6s" % ("time", "algbw", "busbw", "#wrong")
+          + "  %7s  %6s  %6s  %6s\n" % ("time", "algbw", "busbw", "#wrong")
+          + "# %10s  %12s  %8s  %6s  %6s" % ("(B)", "(elements)", "", "", "")
+          + "  %7s  %6s  %6s  %6s" % ("(us)", "(GB/s)", "(GB/s)", "")
+          + "  %7s  %6s  %6s  %6s\n" % ("(us)", "(GB/s)", "(GB/s)", ""))
+
+
+def row(o, n, size, algbw_peak, factor, latency_us):
+    """(data row, out-of-place busbw, time of all its iterations in us) of the n-th size."""
+    count = size // TYPE_SIZES.get(o["d"], 4)
+    cells, busbw_oop, total_us = [], 0.0, 0.0
+    for place in (0, 1):
+        wobble = 1.0 + (((n * 7 + place * 3) % 11) - 5) / 400.0
+        t_us = (latency_us + size / (algbw_peak * 1e3)) * wobble
+        algbw = size / t_us / 1e3
+        busbw = algbw * factor
+        busbw_oop = busbw if place == 0 else busbw_oop
+        total_us += t_us * (o["n"] + o["w"])
+        cells.append("  %s  %6.2f  %6.2f  %6s" % (_time_str(t_us), algbw, busbw, "0" if o["c"] else "N/A"))
+    return "%12d  %12d  %8s  %6s  %6d" % (size, count, o["d"], o["o"], -1) + "".join(cells) + "\n", busbw_oop, total_us
+
+
+def footer(busbws):
+    """(the footer, OK/FAILED/"" of NCCL_TESTS_MIN_BW)."""
     avg = sum(busbws) / len(busbws) if busbws else 0.0
     min_bw = os.environ.get("NCCL_TESTS_MIN_BW")
     verdict = ""
     if min_bw:
         verdict = "FAILED" if avg < float(min_bw) * 0.9 else "OK"
-    out.write("# Out of bounds values : 0 OK\n")
-    out.write("# %-20s : %g %s\n" % ("Avg bus bandwidth", round(avg, 4), verdict))
-    out.write("#\n# Collective test concluded: all_reduce_perf\n#\n\n")
-    return 1 if verdict == "FAILED" else 0
+    return ("# Out of bounds values : 0 OK\n# %-20s : %g %s\n" % ("Avg bus bandwidth", round(avg, 4), verdict)
+            + "#\n# Collective test concluded: all_reduce_perf\n#\n\n"), verdict

@@ -19,8 +19,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import (
     judge_drift,
     judge_dryrun,
     judge_env,
+    judge_fabric,
     judge_gpu_burn,
     judge_gpu_health,
+    judge_ib,
     judge_nccl,
     judge_nvlink,
     judge_samples,
@@ -32,7 +34,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import (
 
 JUDGES = (judge_common, judge_gpu_health, judge_busy, judge_xid, judge_samples, judge_gpu_burn, judge_dcgm,
           judge_nccl, judge_storage, judge_env, judge_dryrun, judge_snapshot, judge_nvlink, judge_trend, judge_drift,
-          judge_baseline)
+          judge_baseline, judge_fabric, judge_ib)
 
 
 def tables():

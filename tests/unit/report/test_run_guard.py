@@ -69,6 +69,11 @@ def test_one_list_wrong_choices_and_ranges_are_refused():
     assert "must be at least 1" in run_guard.type_errors("n1", {"gpufleet_burn_duration_s": 0})[0]
     assert run_guard.type_errors("n1", {"gpufleet_burn_duration_s": "600", "gpufleet_fail_on": "warn",
                                         "gpufleet_lease_timeout_s": 10}) == []
+    # A threshold of a valid kind is held to its spec's range too (an int threshold's kind only says >= 0).
+    for name, value in {"gpufleet_fabric_accuse_partners": 1, "gpufleet_ib_expected_width": 0}.items():
+        errors = run_guard.type_errors("n1", {name: value})
+        assert len(errors) == 1 and "%s is %s, must be at least" % (name, value) in errors[0], (name, errors)
+    assert run_guard.type_errors("n1", {"gpufleet_fabric_accuse_partners": "3"}) == []
     from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import GATE_VERDICTS
 
     assert run_guard.role_spec()["gpufleet_fail_on"]["choices"] == list(GATE_VERDICTS), "the gate's one table"

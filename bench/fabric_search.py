@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""How many rounds the fabric search needs, how often it names the culprit, and whether it ever accuses a healthy node.
+
+64 simulated nodes on 8 leaf switches (sim/gpufleet_sim/ib_fabric.py: 8 rails a node, a normal run-to-run noise of
+--noise on every pair figure), many seeded trials per fault kind: none, one bad node, two bad nodes (a slow NIC or a
+bad cable on a random rail, each at a random factor of --factor-min..--factor-max of its rate), one bad leaf (its
+uplinks at such a factor). Each trial runs the search of plugins/plugin_utils/fabric/search.py in-process, every
+round's pairs answered by the simulated fabric, and judges it with plugins/module_utils/judge_fabric.py against the
+platform baseline (a healthy pair's figure; --baseline median: the run's own median instead).
+Per fault kind: `fabric_search kind=<k> rounds_max=<n> found=<fraction> accused_healthy=<n> trials=<n>` (found: the
+accused nodes are exactly the bad ones / the blamed leaf is exactly the bad one / nothing blamed when none is bad;
+accused_healthy: healthy nodes accused, summed over the trials). Then the totals, and the search's wall time in
+simulated time: rounds x one pair test (each round's pairs run at once), as a ratio to one pair test.
+Goals: one bad node in <= 2 rounds, two in <= 3, a bad leaf blamed on the leaf in >= 95% of trials, 0 healthy nodes
+accused over >= 10,000 trials, a search within 3x one pair test.
+
+Usage: bench/fabric_search.py [--trials 2500] [--nodes 64] [--leaves 8] [--noise 0.03]
+"""
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "collections"))
+sys.path.insert(0, str(REPO / "sim"))
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_fabric  # noqa: E402
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete  # noqa: E402
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.fabric import search  # noqa: E402
+from gpufleet_sim.ib_fabric import Fabric  # noqa: E402
+
+KINDS = ("none", "one_node", "two_nodes", "one_leaf")
+
+
+def trial(kind, seed, args, t):
+    rng = random.Random("%s:%s" % (kind, seed))
+    per_leaf = args.nodes // args.leaves
+    leaves = dict(("leaf%02d-n%02d" % (i, j), "leaf%02d" % i) for i in range(args.leaves) for j in range(per_leaf))
+    nodes = sorted(leaves)
+    faults, bad_nodes, bad_leaf = [], set(), None
+    if kind in ("one_node", "two_nodes"):
+        bad_nodes = set(rng.sample(nodes, 1 if kind == "one_node" else 2))
+        for node in sorted(bad_nodes):
+            faults.append({"kind": rng.choice(("slow_nic", "bad_cable")), "node": node,
+                           "rail": rng.randrange(8), "factor": rng.uniform(args.factor_min, args.factor_max)})
+    elif kind == "one_leaf":
+        bad_leaf = rng.choice(sorted(set(leaves.values())))
+        faults.append({"kind": "bad_leaf", "leaf": bad_leaf, "factor": rng.uniform(args.factor_min, args.factor_max)})
+    by_leaf = {}
+    for node, leaf in leaves.items():
+        by_leaf.setdefault(leaf, []).append(node)
+    fabric = Fabric({"leaves": by_leaf, "faults": faults, "noise": args.noise, "seed": "%s:%s" % (kind, seed)})
+
+    def run_round(rnd, plan):
+        return [dict(fabric.pair(a, b, rnd), nodes=[a, b]) for a, b in plan]
+
+    result = search.search(leaves, run_round, t, max_rounds=args.max_rounds, seed=seed)
+    analysis = judge_fabric.analyse(result, t)
+    accused, blamed = set(analysis["accused"]), set(analysis["leaves_blamed"])
+    if kind == "one_leaf":
+        found = blamed == {bad_leaf}
+    else:
+        found = accused == bad_nodes and not blamed
+    return result["rounds"], found, len(accused - bad_nodes), len(blamed - {bad_leaf})
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=2500, help="trials per fault kind")
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--leaves", type=int, default=8)
+    parser.add_argument("--noise", type=float, default=0.03, help="standard deviation of the run-to-run noise")
+    parser.add_argument("--factor-min", type=float, default=0.3)
+    parser.add_argument("--factor-max", type=float, default=0.75)
+    parser.add_argument("--max-rounds", type=int, default=4)
+    parser.add_argument("--baseline", choices=("platform", "median"), default="platform")
+    parser.add_argument("--pair-test-s", type=float, default=120.0,
+                        help="one two-node all_reduce_perf sweep, seconds (the simulated time unit)")
+    args = parser.parse_args(argv)
+    fabric = Fabric({})
+    t = complete({"gpufleet_fabric_pair_busbw_gbps": fabric.healthy_gbps() if args.baseline == "platform" else None})
+    print("fabric_search nodes=%d leaves=%d noise=%g fault_factor=%g..%g margin=%g accuse_partners=%d baseline=%s" % (
+        args.nodes, args.leaves, args.noise, args.factor_min, args.factor_max, t["gpufleet_fabric_slow_margin"],
+        t["gpufleet_fabric_accuse_partners"], args.baseline))
+    totals = {"trials": 0, "accused_healthy": 0, "wrong_leaf": 0, "rounds_max": 0}
+    start = time.process_time()
+    for k, kind in enumerate(KINDS):
+        rounds_max, found, healthy, wrong_leaf = 0, 0, 0, 0
+        for i in range(args.trials):
+            rounds, ok, accused_healthy, blamed_wrong = trial(kind, k * 1000003 + i, args, t)
+            rounds_max = max(rounds_max, rounds)
+            found += ok
+            healthy += accused_healthy
+            wrong_leaf += blamed_wrong
+        print("fabric_search kind=%s rounds_max=%d found=%.4f accused_healthy=%d wrong_leaf=%d trials=%d" % (
+            kind, rounds_max, found / float(args.trials), healthy, wrong_leaf, args.trials))
+        totals["trials"] += args.trials
+        totals["accused_healthy"] += healthy
+        totals["wrong_leaf"] += wrong_leaf
+        totals["rounds_max"] = max(totals["rounds_max"], rounds_max)
+    cpu = time.process_time() - start
+    print("fabric_search total accused_healthy=%d wrong_leaf=%d trials=%d controller_cpu_ms_per_search=%.2f" % (
+        totals["accused_healthy"], totals["wrong_leaf"], totals["trials"], 1000 * cpu / totals["trials"]))
+    rounds = totals["rounds_max"]
+    print("fabric_search_time pair_test_s=%g search_s=%g ratio=%d (rounds_max x one pair test; all pairs of %d nodes "
+          "in disjoint rounds: %d rounds)" % (args.pair_test_s, rounds * args.pair_test_s, rounds, args.nodes,
+                                              args.nodes - 1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""Plan the rounds of a fabric search (controller side, pure Python; docs/fabric.md).
+
+Round 1 puts every node in one disjoint pair, all pairs run at once. On each leaf switch (the inventory's
+gpufleet_fabric_leaf) about half the nodes pair inside the leaf and half with nodes of other leaves, each leaf's
+crossing pairs going to as many different leaves as there are: so a slow leaf (every crossing pair slow, the inside
+pairs not) is told from a slow node, and never confused with the leaf at the other end. Each later round pairs every
+suspect (judge_fabric.analyse: a member of a slow or errored pair that has not passed, or a node not tested yet) with
+a proven node (one that passed) it has not met, on its own leaf when there is one (that tests the node without the
+leaf's uplinks), each node in at most one pair per round. The search ends when no suspect is left, none can be
+paired, or after max_rounds. Who is accused is judge_fabric's decision alone.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_fabric
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete
+
+# A leaf name reaches reports and commands: letters, digits and ._:- (the spec of gpufleet_fabric_leaf).
+LEAF_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:-]{0,63}\Z")
+
+
+def leaf_errors(leaves):
+    """Messages for every node whose leaf name is not a clean name (empty or None: the node has no leaf)."""
+    return ["host %s: gpufleet_fabric_leaf=%r is not a leaf switch name (letters, digits and ._:-, at most 64): fix "
+            "it in host_vars/group_vars" % (node, leaf) for node, leaf in sorted(leaves.items())
+            if leaf not in (None, "") and not (isinstance(leaf, str) and LEAF_NAME.match(leaf))]
+
+
+def _by_leaf(leaves):
+    groups = {}
+    for node in sorted(leaves):
+        groups.setdefault(leaves[node], []).append(node)
+    return groups
+
+
+def first_round(leaves, seed=0):
+    """[(a, b)] disjoint pairs over every node of `leaves` ({node: leaf or None}); an odd node out waits for round 2.
+    seed: the order of nodes inside each leaf (the same seed gives the same plan)."""
+    rng = random.Random(seed)
+    pairs, crossing = [], {}
+    for leaf, nodes in sorted(_by_leaf(leaves).items(), key=lambda kv: str(kv[0])):
+        nodes = list(nodes)
+        rng.shuffle(nodes)
+        # A leaf needs pairs inside it and pairs leaving it to be judged; nodes without a leaf all pair across.
+        inside = 2 * (len(nodes) // 4) if leaf is not None else 0
+        pairs.extend((nodes[i], nodes[i + 1]) for i in range(0, inside, 2))
+        if nodes[inside:]:
+            crossing[leaf] = nodes[inside:]
+    met = set()
+    while sum(len(v) for v in crossing.values()) > 1:
+        # The leaf with most nodes left goes first; its partner leaf is the fullest one it has not met yet.
+        order = sorted(crossing, key=lambda k: (-len(crossing[k]), str(k)))
+        leaf = order[0]
+        others = [k for k in order[1:] if (leaf, k) not in met] or order[1:]
+        other = others[0] if others else leaf  # one leaf left: pair inside it
+        if other == leaf and len(crossing[leaf]) < 2:
+            break
+        a = crossing[leaf].pop()
+        b = crossing[other].pop()
+        met.update([(leaf, other), (other, leaf)])
+        pairs.append((a, b))
+        for k in {leaf, other}:
+            if not crossing[k]:
+                del crossing[k]
+    return pairs
+
+
+def next_round(result, t):
+    """[(suspect, proven partner)] for the next round, from the pairs so far; [] when the search is done."""
+    t = complete(t)
+    analysis = judge_fabric.analyse(result, t)
+    if analysis["floor"] is None:
+        return []
+    leaves = result.get("leaves") or {}
+    met = set()
+    for pair in result.get("pairs") or []:
+        a, b = pair["nodes"]
+        met.update([(a, b), (b, a)])
+    proven = sorted(set(analysis["proven"]) - set(analysis["accused"]))
+    busy, out = set(), []
+    for node in analysis["suspects"]:
+        candidates = [p for p in proven if p not in busy and p != node and (node, p) not in met]
+        if not candidates:
+            continue
+        partner = min(candidates, key=lambda p: (leaves.get(p) != leaves.get(node) or leaves.get(node) is None, p))
+        busy.update([node, partner])
+        out.append((node, partner))
+    return out
+
+
+def search(leaves, run_round, t, max_rounds=4, seed=0):
+    """Run the search: run_round(round_no, [(a, b)]) -> [{"nodes": [a, b], "busbw_gbps", "error", "evidence"}] runs
+    one round's pairs (in parallel) and answers each; a pair it does not answer is recorded as an error.
+    Returns the judge's input with the rounds run: {"pairs", "leaves", "rounds"}. ValueError (every bad leaf name)
+    before any round."""
+    errors = leaf_errors(leaves)
+    if errors:
+        raise ValueError("; ".join(errors))
+    leaves = dict((node, leaf or None) for node, leaf in leaves.items())
+    result = {"pairs": [], "leaves": leaves, "rounds": 0}
+    plan = first_round(leaves, seed)
+    while plan and result["rounds"] < max_rounds:
+        result["rounds"] += 1
+        answers = dict((tuple(a["nodes"]), a) for a in run_round(result["rounds"], plan) or [])
+        for a, b in plan:
+            answer = answers.get((a, b)) or {"error": "the pair test gave no answer", "busbw_gbps": None}
+            result["pairs"].append({"nodes": [a, b], "round": result["rounds"], "busbw_gbps": answer.get("busbw_gbps"),
+                                    "error": answer.get("error"), "evidence": list(answer.get("evidence") or [])})
+        plan = next_round(result, t)
+    return result

@@ -1,0 +1,88 @@
+"""The InfiniBand fabric between simulated nodes: per-node NIC rails, leaf switches, faults, run-to-run noise.
+
+A fabric file (JSON; GPUFLEET_SIM_FABRIC names it for the stand-ins, the bench builds one in memory):
+  {"rails": 8, "rail_gbps": 50.0, "noise": 0.03, "seed": 0,
+   "leaves": {"<leaf>": ["<node>", ...]},
+   "faults": [{"kind": "slow_nic", "node": n, "rail": r, "factor": 0.5},        the HCA trained at a lower rate
+              {"kind": "bad_cable", "node": n, "rail": r, "factor": 0.6},       node <-> leaf cable: symbol errors,
+                                                                                retransmits, lower throughput
+              {"kind": "flapping_port", "node": n, "rail": r, "p_down": 0.5},   the link drops during a test
+              {"kind": "bad_leaf", "leaf": l, "factor": 0.5}]}                  the leaf's uplinks to the spine
+A two-node all_reduce over 8 rails runs every rail at once and waits for the slowest, so a pair's bus bandwidth is a
+healthy rail's (rail_gbps x PAIR_EFFICIENCY) times the worst rail factor of either node, times a bad leaf's factor
+when the pair crosses it (one end on it: a pair inside a leaf never touches its uplinks), times the noise: a normal
+factor of standard deviation `noise`, seeded by (seed, test id, the pair) so a test is reproducible and every test
+differs. A flapping port drops the link during a test with probability p_down: the test fails with NCCL's error.
+"""
+
+import json
+import random
+
+# The share of a rail's line rate a healthy two-node all_reduce reaches as bus bandwidth.
+PAIR_EFFICIENCY = 0.92
+KINDS = {"slow_nic": ("node", "rail", "factor"), "bad_cable": ("node", "rail", "factor"),
+         "flapping_port": ("node", "rail", "p_down"), "bad_leaf": ("leaf", "factor")}
+# What NCCL prints when a peer's link goes away mid-collective (ncclRemoteError).
+REMOTE_ERROR = "remote process exited or there was a network error"
+
+
+class FabricError(ValueError):
+    pass
+
+
+class Fabric:
+    def __init__(self, spec):
+        self.rails = int(spec.get("rails", 8))
+        self.rail_gbps = float(spec.get("rail_gbps", 50.0))
+        self.noise = float(spec.get("noise", 0.03))
+        self.seed = spec.get("seed", 0)
+        self.leaf_of = {}
+        for leaf, nodes in (spec.get("leaves") or {}).items():
+            for node in nodes:
+                if node in self.leaf_of:
+                    raise FabricError("node %s is on leaf %s and on leaf %s" % (node, self.leaf_of[node], leaf))
+                self.leaf_of[node] = leaf
+        self.faults = list(spec.get("faults") or [])
+        for fault in self.faults:
+            need = KINDS.get(fault.get("kind"))
+            if need is None or any(k not in fault for k in need):
+                raise FabricError("fault %r: kinds are %s, each with %s" % (fault, ", ".join(KINDS), KINDS))
+            if fault.get("leaf") is not None and fault["leaf"] not in set(self.leaf_of.values()):
+                raise FabricError("fault %r names an unknown leaf" % (fault,))
+            if fault.get("node") is not None and fault["node"] not in self.leaf_of:
+                raise FabricError("fault %r names a node on no leaf" % (fault,))
+
+    @classmethod
+    def load(cls, path):
+        with open(path) as f:
+            return cls(json.load(f))
+
+    def healthy_gbps(self):
+        return self.rail_gbps * PAIR_EFFICIENCY
+
+    def rail_factor(self, node, rail):
+        factor = 1.0
+        for fault in self.faults:
+            if fault.get("node") == node and fault.get("rail") == rail and "factor" in fault:
+                factor = min(factor, float(fault["factor"]))
+        return factor
+
+    def node_factor(self, node):
+        return min(self.rail_factor(node, r) for r in range(self.rails))
+
+    def path_factor(self, a, b):
+        la, lb = self.leaf_of.get(a), self.leaf_of.get(b)
+        if la == lb:
+            return 1.0
+        return min([1.0] + [float(f["factor"]) for f in self.faults
+                            if f["kind"] == "bad_leaf" and f["leaf"] in (la, lb)])
+
+    def pair(self, a, b, test_id):
+        """{"busbw_gbps": float or None, "error": str or None, "flapped": [(node, rail)]} of one pair test."""
+        rng = random.Random("%s:%s:%s:%s" % (self.seed, test_id, a, b))
+        flapped = [(f["node"], f["rail"]) for f in self.faults
+                   if f["kind"] == "flapping_port" and f["node"] in (a, b) and rng.random() < float(f["p_down"])]
+        if flapped:
+            return {"busbw_gbps": None, "error": REMOTE_ERROR, "flapped": flapped}
+        figure = self.healthy_gbps() * min(self.node_factor(a), self.node_factor(b)) * self.path_factor(a, b)
+        return {"busbw_gbps": round(figure * rng.gauss(1.0, self.noise), 2), "error": None, "flapped": []}
