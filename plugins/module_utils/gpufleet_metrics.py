@@ -44,7 +44,6 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.prom_textfile imp
 ENV_DIR = "GPUFLEET_TRAINING_METRICS_DIR"
 ENV_JOB = "GPUFLEET_JOB"
 _JOB_RE = re.compile(r"[^A-Za-z0-9_.-]")
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def metrics_file(directory, job, local_rank):
@@ -59,15 +58,19 @@ def _env_int(name, default=None):
 
 
 def rss_bytes():
-    """(current resident set, peak resident set) of this process in bytes."""
-    current = None
+    """(current resident set, peak resident set) of this process in bytes. The peak is the process's own high-water
+    mark (VmHWM): ru_maxrss carries over the peak of the process that forked it (torchrun's, through vfork and exec)."""
+    status = {}
     try:
-        with open("/proc/self/statm") as fh:
-            current = int(fh.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM") and value.split() and value.split()[0].isdigit():
+                    status[key] = int(value.split()[0]) * 1024  # kB
+    except OSError:
         pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-    return (current if current is not None else peak), peak
+    peak = status.get("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    return status.get("VmRSS", peak), peak
 
 
 def memory_sample():

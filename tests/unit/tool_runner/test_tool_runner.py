@@ -9,6 +9,9 @@ from pathlib import Path
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import MAX_OUTPUT_BYTES, run_tool
 
 REPO = Path(__file__).resolve().parents[3]
+# The probe's peak RSS in MB from its own mm's high-water mark: ru_maxrss carries the forking parent's peak over
+# through vfork and exec (a busy pytest worker's 300 MB).
+PEAK_MB = "def peak_mb():\n    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]) // 1024\n"
 
 
 def _alive(pid):
@@ -85,10 +88,10 @@ FLOOD = ("import sys\n"
 def test_output_is_cut_while_it_is_read_memory_stays_bounded():
     # 256 MiB of output: run_tool keeps its 4 MiB head and tail as it reads, so the reading process never holds the
     # rest (before: all of it, then a decoded copy). Measured in a fresh process: its peak RSS is its own.
-    probe = ("import resource, sys\n"
+    probe = PEAK_MB + ("import sys\n"
              "from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import run_tool\n"
              "r = run_tool([sys.executable, '-c', %r], timeout_s=120)\n"
-             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, len(r.stdout), r.output_cut,"
+             "print(peak_mb(), len(r.stdout), r.output_cut,"
              " r.as_dict()['output_cut_bytes'], r.stdout.startswith('first line'), r.stdout.endswith('last line\\n'),"
              " r.rc)" % (FLOOD % 256))
     env = dict(os.environ, PYTHONPATH=str(REPO / "collections"))
