@@ -203,6 +203,7 @@ class Args:
         self.topo = False
         self.nvlink = None  # "status" | "errors" | "" (nvlink without a known action)
         self.loop_s = None
+        self.reset = False
         self.bad = None
 
 
@@ -241,6 +242,8 @@ def parse_args(argv):
             a.loop_s = float(value() or 5)
         elif key in ("-lms", "--loop-ms"):
             a.loop_s = float(value() or 1000) / 1000.0
+        elif key in ("-r", "--gpu-reset"):
+            a.reset = True
         elif key == "topo":
             a.topo = True
         elif key == "-m" and a.topo:
@@ -282,6 +285,8 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
             out.write(" or ".join('"%s"' % n for n in names) + "\n\n")
         return 0
     while True:
+        if a.reset:
+            return gpu_reset(node, a, out)
         if a.query_gpu is not None:
             rc = query_gpu(node, a, out)
         elif a.query_apps is not None:
@@ -352,6 +357,40 @@ def query_gpu(node, a, out):
 
 def _header(name, unit, units):
     return "%s [%s]" % (name, unit) if unit and units else name
+
+
+# --gpu-reset's wording and exit codes as the real tool prints them (NVIDIA/NVSentinel#1690, NVIDIA/gpu-operator#118):
+# success says so per GPU and exits 0; a GPU with any client (a process, persistenced, Fabric Manager) is refused,
+# exit 255; a lost GPU cannot be reached at all.
+IN_USE = ("1 device is currently being used by one or more other processes (e.g., Fabric Manager, CUDA application, "
+          "graphics application such as an X server, or a monitoring application such as another instance of "
+          "nvidia-smi). Please first kill all processes using this device and all compute applications running in the "
+          "system.")
+EXIT_RESET_REFUSED = 255
+
+
+def gpu_reset(node, a, out):
+    """nvidia-smi --gpu-reset [-i ID]: reset the GPU(s) that no process holds; pending remaps are applied."""
+    view = View(node)
+    gpus = _select(node, a.ids)
+    if not gpus:
+        out.write("No devices were found\n")
+        return 6
+    lost = [g for g in gpus if g["index"] in view.lost]
+    if lost:
+        out.write(lost_message(lost[0]) + "\n")
+        return EXIT_GPU_LOST
+    busy = [g for g in gpus if view.processes(g)]
+    if busy:
+        out.write("The following GPUs could not be reset:\n")
+        for g in busy:
+            out.write("  GPU %s: In use by another client\n" % g["pci_bus_id"])
+        out.write("\n" + IN_USE + "\n")
+        return EXIT_RESET_REFUSED
+    for g in gpus:
+        node.mark_reset(g["index"])
+        out.write("GPU %s was successfully reset.\n" % g["pci_bus_id"])
+    return 0
 
 
 def query_apps(node, a, out):
