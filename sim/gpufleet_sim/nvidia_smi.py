@@ -204,6 +204,7 @@ class Args:
         self.nvlink = None  # "status" | "errors" | "" (nvlink without a known action)
         self.loop_s = None
         self.reset = False
+        self.xml = False
         self.bad = None
 
 
@@ -230,6 +231,8 @@ def parse_args(argv):
             a.ids = value()
         elif key in ("-q", "--query"):
             a.q = True
+        elif key in ("-x", "--xml-format"):
+            a.xml = True
         elif key in ("-d", "--display"):
             a.display = value()
         elif key in ("-L", "--list-gpus"):
@@ -291,6 +294,8 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
             rc = query_gpu(node, a, out)
         elif a.query_apps is not None:
             rc = query_apps(node, a, out)
+        elif a.q and a.xml:
+            rc = query_xml(node, a, out)
         elif a.q:
             rc = query_tree(node, a, out)
         elif a.list:
@@ -453,6 +458,32 @@ def _kv(lines, indent, key, value=None):
         lines.append(" " * indent + key)
     else:
         lines.append((" " * indent + key).ljust(42) + ": " + str(value))
+
+
+def query_xml(node, a, out):
+    """-q -x: the identity part of the real XML log (nvsmi_device_v12.dtd element names), one <gpu> per GPU."""
+    from xml.sax.saxutils import escape
+
+    view = View(node)
+    lines = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>",
+             "\t<timestamp>%s</timestamp>" % time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(view.clock_now)),
+             "\t<driver_version>%s</driver_version>" % node.scen["driver"]["version"],
+             "\t<cuda_version>%s</cuda_version>" % node.scen["driver"]["cuda_version"],
+             "\t<attached_gpus>%d</attached_gpus>" % len(node.gpus)]
+    rc = 0
+    for g in _select(node, a.ids):
+        if g["index"] in view.lost:
+            rc = EXIT_GPU_LOST
+            continue
+        lines += ['\t<gpu id="%s">' % g["pci_bus_id"], "\t\t<product_name>%s</product_name>" % escape(g["name"]),
+                  "\t\t<serial>%s</serial>" % (g["serial"] or "N/A"), "\t\t<uuid>%s</uuid>" % g["uuid"],
+                  "\t\t<vbios_version>%s</vbios_version>" % g["vbios"],
+                  "\t\t<pci>", "\t\t\t<pci_bus_id>%s</pci_bus_id>" % g["pci_bus_id"], "\t\t</pci>",
+                  "\t\t<temperature>", "\t\t\t<gpu_temp>%d C</gpu_temp>" % view.temperature_c(g),
+                  "\t\t</temperature>", "\t</gpu>"]
+    lines.append("</nvidia_smi_log>")
+    out.write("\n".join(lines) + "\n")
+    return rc
 
 
 def query_tree(node, a, out):
