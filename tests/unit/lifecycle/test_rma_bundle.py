@@ -81,3 +81,25 @@ def test_check_mode_writes_nothing_and_a_bad_dest_is_refused(tmp_path):
                                                                             "<tmp>/nvidia-bug-report.log"]
     result = run_module("rma_bundle", {"dest": "relative/dir\n"}, env=_node(tmp_path))
     assert result["failed"] and "absolute path" in result["msg"]
+
+
+def test_the_controller_adds_the_nodes_xid_ecc_and_remap_history_to_the_manifest(tmp_path):
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import rma
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.lifecycle import transition
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import FILE_NAME, History
+
+    result = run_module("rma_bundle", {"dest": str(tmp_path / "rma"), "dcgm_level": 0, "bug_report": False},
+                        env=_node(tmp_path), path_prepend=[REPO / "sim" / "bin"])
+    with History(tmp_path / FILE_NAME) as h:
+        h.record({"run_id": "a1", "playbook": "audit", "ts": 1.8e9, "verdict": "fail"}, [{
+            "host": "n1", "ts": 1.8e9, "verdict": "fail", "reachable": 1,
+            "gpus": [{"pci": "0000:07:00", "idx": 2, "uuid": "GPU-2", "ts": 1.8e9, "verdict": "fail",
+                      "ecc_corr_agg": 48211, "remap_corr": 508, "remap_pending": 1}],
+            "xids": [{"pci": "0000:07:00", "xid": 63, "ts": 1.8e9, "severity": "warning", "digest": "x63"}]}])
+        transition(h, "n1", "quarantined", "XID 63", "audit", code="XID_CRITICAL", gpu="2", now=1.8e9)
+    manifest = rma.add_history(result["bundle"], tmp_path / FILE_NAME, "n1")
+    jsonschema.validate(manifest, SCHEMA)
+    entry = next(f for f in manifest["files"] if f["name"] == "history.json")
+    doc = json.loads(_contents(Path(result["bundle"]), entry))
+    assert doc["xid_events"][0]["xid"] == 63 and doc["gpus"][0]["readings"][0]["remap_pending"] == 1
+    assert doc["lifecycle"][0]["to_state"] == "quarantined"
