@@ -31,7 +31,7 @@ RUNGS = {
     "bmc_power_cycle": ("a power cycle through the BMC (Redfish ComputerSystem.Reset ForceOff/On)",
                         "a GPU off the bus (XID 79) that a warm reboot does not bring back: a full power cycle "
                         "re-powers risers and retimers",
-                        "NVIDIA XID catalog (XID 79: RESTART_BM, then CHECK_MECHANICALS); field guide: on riser builds "
+                        "NVIDIA XID catalog (XID 79: RESTART_BM, then CHECK_MECHANICALS); docs/failure-modes.md: on riser builds "
                         "XID 79 is mostly a riser or a power connector"),
     "rma": ("stop: the node stays drained and a person acts with the evidence bundle",
             "nothing here: a part to replace, reseat or recable",
