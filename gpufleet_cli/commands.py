@@ -176,12 +176,35 @@ def _n(value):
     return str(value)
 
 
+def lifecycle_table(history, host, console):
+    """The node's lifecycle (history/lifecycle.py) as a table; its state, or None when it has none."""
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
+    from rich.table import Table
+
+    life = lifecycle.summary(history.lifecycle_of(host))
+    if not life["transitions"]:
+        return None
+    table = Table(title="%s lifecycle: %s (quarantined %d time(s) in %g days; a lemon at %d)" % (
+        host, life["state"].upper(), life["quarantines_in_window"], life["window_days"], life["lemon_quarantines"]),
+        title_justify="left")
+    for column in ("when", "from", "to", "reason", "finding", "GPU", "by", "evidence"):
+        table.add_column(column, overflow="fold")
+    for t in life["transitions"]:
+        table.add_row(_day(t["ts"]), t["from_state"], t["to_state"], t["reason"], t["code"] or "-", t["gpu"] or "-",
+                      t["actor"], "\n".join(t["evidence"]) or "-")
+    console.print(table)
+    return life["state"]
+
+
 def history_node(history, host, days, console):
     from rich.table import Table
 
     runs = list(reversed(history.node_runs(host, limit=400)))
     if days:
         runs = [r for r in runs if r["ts"] >= time.time() - days * 86400.0]
+    state = lifecycle_table(history, host, console)
+    if not runs and state is not None:
+        return EXIT_PASS if state == "healthy" else EXIT_FAIL
     if not runs:
         raise SystemExit("gpufleet: no run of %s in %s" % (host, history.path))
     table = Table(title="%s: %d run(s)" % (host, len(runs)), title_justify="left")
@@ -198,7 +221,7 @@ def history_node(history, host, days, console):
     if stale:
         console.print("[bold magenta]stale:[/] not reached since %s (last pass %s)" % (
             _day(stale[0]["seen_ts"]), _day(stale[0]["pass_ts"])))
-    return EXIT_FAIL if runs[-1]["verdict"] in _bad() else EXIT_PASS
+    return EXIT_FAIL if runs[-1]["verdict"] in _bad() or state not in (None, "healthy") else EXIT_PASS
 
 
 def history_fleet(history, console):

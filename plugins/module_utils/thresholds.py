@@ -65,6 +65,8 @@ THRESHOLDS = {
     "gpufleet_trend_temp_rise_c": (8.0, "number", "Rise of the GPU temperature at equal load (same power band), C", "dust, a failing fan or dried thermal paste show as degrees at the same watts"),
     "gpufleet_trend_pcie_replays_per_day": (100.0, "number", "PCIe replays per day that warn", "replays grow on a marginal riser or slot long before the link drops"),
     "gpufleet_history_stale_days": (2.0, "number", "An unreachable node without a passing run for this many days is stale", "nightly audits: two missed nights"),
+    "gpufleet_lemon_quarantines": (2, "int", "Quarantines for new faults within gpufleet_lemon_window_days that make a node a lemon, sent to RMA (0 turns the rule off)", "a fault back within days of its repair was not fixed by the repair; a person decides (docs/lifecycle.md)"),
+    "gpufleet_lemon_window_days": (7.0, "number", "Days the lemon rule looks back for quarantines", "a week covers the next jobs after a repair; site policy"),
     "gpufleet_baseline_max_drop": (0.15, "fraction", "A figure this share below the node's own burn-in baseline warns (Gflop/s, busbw, write speed)", "run-to-run spread of gpu-burn and nccl-tests on one healthy node is a few percent"),
     "gpufleet_drift_group": (None, "str", "The group whose majority a node's versions are compared with (unset: its GPU model)", "your platform groups (one per SKU and build)"),
     "gpufleet_drift_min_nodes": (3, "int", "Nodes a group needs before its majority version is the reference", "with two nodes there is no majority"),

@@ -19,6 +19,7 @@ TOOLS = {
     "mpirun": "mpirun",
     "systemctl": "services",
     "dpkg-query": "services",
+    "nvidia-bug-report.sh": "bug_report",
 }
 
 

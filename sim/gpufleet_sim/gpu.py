@@ -26,6 +26,7 @@ class View:
         self.loads = node.active_loads(self.now)
         self.history = node.load_history()
         self.lost = node.lost()
+        self.resets = node.resets()
         self.sim_elapsed_h = node.sim_elapsed_s(self.now) / 3600.0
         # The node's clock (timestamps the tools print) and its simulated day (what follows `gpufleet-sim clock`).
         self.clock_now = self.now + node.clock_offset_s()
@@ -161,11 +162,12 @@ class View:
             + leak["remapped_rows_correctable"],
             "remapped_rows_uncorrectable": int(cfg.get("remapped_rows_uncorrectable", 0))
             + leak["remapped_rows_uncorrectable"],
-            "remapped_rows_pending": bool(cfg.get("remapped_rows_pending", False)) or leak["remapped_rows_pending"],
+            "remapped_rows_pending": (bool(cfg.get("remapped_rows_pending", False)) or leak["remapped_rows_pending"])
+            and gpu["index"] not in self.resets,
             "remapped_rows_failure": bool(cfg.get("remapped_rows_failure", False)),
             "remap_histogram": hist,
             "retired_sbe": int(cfg.get("retired_pages_sbe", 0)),
             "retired_dbe": int(cfg.get("retired_pages_dbe", 0)),
-            "retired_pending": bool(cfg.get("retired_pages_pending", False)),
+            "retired_pending": bool(cfg.get("retired_pages_pending", False)) and gpu["index"] not in self.resets,
             "sram_threshold_exceeded": bool(cfg.get("sram_threshold_exceeded", False)),
         }

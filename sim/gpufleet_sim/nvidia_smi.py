@@ -203,6 +203,8 @@ class Args:
         self.topo = False
         self.nvlink = None  # "status" | "errors" | "" (nvlink without a known action)
         self.loop_s = None
+        self.reset = False
+        self.xml = False
         self.bad = None
 
 
@@ -229,6 +231,8 @@ def parse_args(argv):
             a.ids = value()
         elif key in ("-q", "--query"):
             a.q = True
+        elif key in ("-x", "--xml-format"):
+            a.xml = True
         elif key in ("-d", "--display"):
             a.display = value()
         elif key in ("-L", "--list-gpus"):
@@ -241,6 +245,8 @@ def parse_args(argv):
             a.loop_s = float(value() or 5)
         elif key in ("-lms", "--loop-ms"):
             a.loop_s = float(value() or 1000) / 1000.0
+        elif key in ("-r", "--gpu-reset"):
+            a.reset = True
         elif key == "topo":
             a.topo = True
         elif key == "-m" and a.topo:
@@ -282,10 +288,14 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
             out.write(" or ".join('"%s"' % n for n in names) + "\n\n")
         return 0
     while True:
+        if a.reset:
+            return gpu_reset(node, a, out)
         if a.query_gpu is not None:
             rc = query_gpu(node, a, out)
         elif a.query_apps is not None:
             rc = query_apps(node, a, out)
+        elif a.q and a.xml:
+            rc = query_xml(node, a, out)
         elif a.q:
             rc = query_tree(node, a, out)
         elif a.list:
@@ -354,6 +364,40 @@ def _header(name, unit, units):
     return "%s [%s]" % (name, unit) if unit and units else name
 
 
+# --gpu-reset's wording and exit codes as the real tool prints them (NVIDIA/NVSentinel#1690, NVIDIA/gpu-operator#118):
+# success says so per GPU and exits 0; a GPU with any client (a process, persistenced, Fabric Manager) is refused,
+# exit 255; a lost GPU cannot be reached at all.
+IN_USE = ("1 device is currently being used by one or more other processes (e.g., Fabric Manager, CUDA application, "
+          "graphics application such as an X server, or a monitoring application such as another instance of "
+          "nvidia-smi). Please first kill all processes using this device and all compute applications running in the "
+          "system.")
+EXIT_RESET_REFUSED = 255
+
+
+def gpu_reset(node, a, out):
+    """nvidia-smi --gpu-reset [-i ID]: reset the GPU(s) that no process holds; pending remaps are applied."""
+    view = View(node)
+    gpus = _select(node, a.ids)
+    if not gpus:
+        out.write("No devices were found\n")
+        return 6
+    lost = [g for g in gpus if g["index"] in view.lost]
+    if lost:
+        out.write(lost_message(lost[0]) + "\n")
+        return EXIT_GPU_LOST
+    busy = [g for g in gpus if view.processes(g)]
+    if busy:
+        out.write("The following GPUs could not be reset:\n")
+        for g in busy:
+            out.write("  GPU %s: In use by another client\n" % g["pci_bus_id"])
+        out.write("\n" + IN_USE + "\n")
+        return EXIT_RESET_REFUSED
+    for g in gpus:
+        node.mark_reset(g["index"])
+        out.write("GPU %s was successfully reset.\n" % g["pci_bus_id"])
+    return 0
+
+
 def query_apps(node, a, out):
     flags = _format_flags(a.fmt)
     if flags is None:
@@ -414,6 +458,32 @@ def _kv(lines, indent, key, value=None):
         lines.append(" " * indent + key)
     else:
         lines.append((" " * indent + key).ljust(42) + ": " + str(value))
+
+
+def query_xml(node, a, out):
+    """-q -x: the identity part of the real XML log (nvsmi_device_v12.dtd element names), one <gpu> per GPU."""
+    from xml.sax.saxutils import escape
+
+    view = View(node)
+    lines = ['<?xml version="1.0" ?>', '<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">', "<nvidia_smi_log>",
+             "\t<timestamp>%s</timestamp>" % time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(view.clock_now)),
+             "\t<driver_version>%s</driver_version>" % node.scen["driver"]["version"],
+             "\t<cuda_version>%s</cuda_version>" % node.scen["driver"]["cuda_version"],
+             "\t<attached_gpus>%d</attached_gpus>" % len(node.gpus)]
+    rc = 0
+    for g in _select(node, a.ids):
+        if g["index"] in view.lost:
+            rc = EXIT_GPU_LOST
+            continue
+        lines += ['\t<gpu id="%s">' % g["pci_bus_id"], "\t\t<product_name>%s</product_name>" % escape(g["name"]),
+                  "\t\t<serial>%s</serial>" % (g["serial"] or "N/A"), "\t\t<uuid>%s</uuid>" % g["uuid"],
+                  "\t\t<vbios_version>%s</vbios_version>" % g["vbios"],
+                  "\t\t<pci>", "\t\t\t<pci_bus_id>%s</pci_bus_id>" % g["pci_bus_id"], "\t\t</pci>",
+                  "\t\t<temperature>", "\t\t\t<gpu_temp>%d C</gpu_temp>" % view.temperature_c(g),
+                  "\t\t</temperature>", "\t</gpu>"]
+    lines.append("</nvidia_smi_log>")
+    out.write("\n".join(lines) + "\n")
+    return rc
 
 
 def query_tree(node, a, out):

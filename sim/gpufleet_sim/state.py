@@ -262,6 +262,16 @@ class Node:
                 lost.setdefault(str(i), {"at": time.time() if when is None else when, "reason": reason})
             self.write_json("lost.json", lost)
 
+    # ---- GPU resets (nvidia-smi --gpu-reset): a reset applies pending row remaps and page retirements ---------
+    def resets(self):
+        return {int(k): v for k, v in (self.read_json("resets.json", {}) or {}).items()}
+
+    def mark_reset(self, index, when=None):
+        with self.lock():
+            resets = self.read_json("resets.json", {}) or {}
+            resets[str(index)] = time.time() if when is None else when
+            self.write_json("resets.json", resets)
+
     # ---- load markers ----------------------------------------------------------------------------------------
     def add_load(self, gpus, start, end, kind, pid=None, process_name=None):
         pid = os.getpid() if pid is None else pid

@@ -3,11 +3,11 @@
 """The customer handover sheet: per machine, its CURRENT verdict first (its newest run, whatever the playbook), then
 what was shipped (serials of the board and every GPU, VBIOS, InfoROM, driver, DCGM, kernel, system BIOS) and the proof
 it is healthy (its latest burn-in: verdict, checks, findings with their evidence, and its figures against the
-platform's: the median of the same group's latest burn-ins), read from the history and rendered as one self-contained
+platform's: the median of the same group's latest burn-ins) and its lifecycle (quarantines, repairs, validations), read from the history and rendered as one self-contained
 HTML file (PDF through headless Chromium when it is installed).
 
 A machine is not handed over as clean when it is not: when its newest run or its latest audit does not pass (the
-default gate, findings.PASSING), or when a version changed since its burn-in (the burn-in proves another machine),
+default gate, findings.PASSING), when its lifecycle is not healthy (quarantined, in repair, lemon, rma), or when a version changed since its burn-in (the burn-in proves another machine),
 the sheet is refused (HandoverRefused, naming why) unless forced, and a forced sheet says so first, in red. The sheet
 is for a customer: the history's own bookkeeping (the trend, drift and baseline checks' figures) is not on it.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_baseline
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import PASSING
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, ident_of
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -88,6 +89,11 @@ def machine(history, host):
         blockers.append("its latest audit (%s, %s) is %s: %s" % (audits[0]["run_id"], _iso(audits[0]["ts"]),
                                                                  audits[0]["verdict"].upper(),
                                                                  ", ".join(audits[0]["codes"]) or "-"))
+    life = lifecycle.summary(history.lifecycle_of(host))
+    if life["state"] != "healthy":
+        last = life["transitions"][-1]
+        blockers.append("it is %s since %s (%s, by %s)" % (life["state"], _iso(last["ts"]), last["reason"],
+                                                          last["actor"]))
     if changed:
         blockers.append("versions changed since its burn-in (%s): the burn-in does not prove what runs now" % "; ".join(
             "%s %s -> %s" % (c["what"], _version(c["burn_in"]), _version(c["now"])) for c in changed))
@@ -137,6 +143,8 @@ def machine(history, host):
         "checks": sorted(checks.items()), "findings": doc.get("findings") or [],
         "audits": [{"run_id": r["run_id"], "time": _iso(r["ts"]), "verdict": r["verdict"]}
                    for r in runs if r["playbook"] == "audit"][:5],
+        "lifecycle": {"state": life["state"], "transitions": [dict(r, time=_iso(r["ts"])) for r in
+                                                              life["transitions"]]},
     }
 
 

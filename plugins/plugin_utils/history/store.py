@@ -12,7 +12,8 @@ stdlib sqlite3).
 - Tables: hosts, gpus (one row per GPU identity: UUID, else serial, else host+PCI), runs, node_runs (verdict,
   versions, figures, finding codes), gpu_runs (counters and figures of one GPU in one run, indexed by GPU and time),
   xid_events (deduplicated by host and event digest), baselines (a node's own reference figures), node_docs (the
-  report's node of burn-ins and preflights, compressed: the evidence a handover sheet shows).
+  report's node of burn-ins and preflights, compressed: the evidence a handover sheet shows), lifecycle (each node's
+  transitions between healthy, suspect, quarantined, ... with reason, finding, evidence and actor: lifecycle.py).
 """
 
 from __future__ import annotations
@@ -94,6 +95,13 @@ MIGRATIONS = (
     """
     CREATE TABLE node_docs (node_run INTEGER PRIMARY KEY REFERENCES node_runs (id) ON DELETE CASCADE,
                             doc BLOB NOT NULL);
+    """,
+    # 4: each node's lifecycle (history/lifecycle.py): one row per transition, never pruned with the runs
+    """
+    CREATE TABLE lifecycle (id INTEGER PRIMARY KEY, host INTEGER NOT NULL REFERENCES hosts (id), ts REAL NOT NULL,
+                            from_state TEXT NOT NULL, to_state TEXT NOT NULL, reason TEXT NOT NULL, code TEXT,
+                            gpu TEXT, evidence TEXT, actor TEXT NOT NULL);
+    CREATE INDEX lifecycle_host_ts ON lifecycle (host, ts);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -436,6 +444,37 @@ class History:
         row = self.db.execute("SELECT id FROM gpus WHERE host = ? AND pci = ? ORDER BY last_ts DESC LIMIT 1",
                               (host_id, event["pci"])).fetchone()
         return row[0] if row else None
+
+    def change_lifecycle(self, host, decide):
+        """Add a node's lifecycle transitions atomically: decide(rows) gets the node's transitions so far (oldest
+        first, as lifecycle_of returns them) inside one write transaction, so two triggers at once see each other,
+        and returns the new rows ({ts, from_state, to_state, reason, code, gpu, evidence, actor}). Returns them."""
+        with self._writing(), self.transaction():
+            rows = self.lifecycle_of(host)
+            new = decide(rows)
+            host_id = self._host_id(host) if new else None
+            for row in new:
+                self.db.execute(
+                    "INSERT INTO lifecycle (host, ts, from_state, to_state, reason, code, gpu, evidence, actor) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?)", (host_id, row["ts"], row["from_state"], row["to_state"],
+                                                    row["reason"], row.get("code"), row.get("gpu"),
+                                                    json.dumps(list(row.get("evidence") or [])), row["actor"]))
+        return new
+
+    def lifecycle_of(self, host):
+        """A node's lifecycle transitions, oldest first (evidence as a list)."""
+        rows = self.db.execute(
+            "SELECT l.ts, l.from_state, l.to_state, l.reason, l.code, l.gpu, l.evidence, l.actor FROM lifecycle l "
+            "JOIN hosts h ON h.id = l.host WHERE h.name = ? ORDER BY l.ts, l.id", (host,))
+        out = []
+        for r in rows:
+            item = dict(r)
+            try:
+                item["evidence"] = json.loads(item["evidence"] or "[]")
+            except ValueError:
+                item["evidence"] = [item["evidence"]]
+            out.append(item)
+        return out
 
     def prune(self, days, now=None):
         """Delete runs older than `days` (their node and GPU rows and XID events go with them). Returns the count."""

@@ -75,3 +75,23 @@ def test_internal_text_never_reaches_the_sheet(tmp_path):
                      ">baseline<", "stopped_early", "threshold_source"):
         assert internal not in html, internal
     assert "busbw_gbps=" in html and ">nccl_test<" in html, "the customer's figures stay"
+
+
+def test_a_quarantined_machine_is_refused_and_its_lifecycle_is_on_the_sheet(tmp_path):
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.lifecycle import transition
+
+    path = _history(tmp_path, audit_verdict="pass")
+    with History(path) as history:
+        transition(history, "sim-node01", "quarantined", "XID 79 on GPU 2", "watcher", code="XID_CRITICAL",
+                   gpu="0000:3b:00", evidence=["NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."],
+                   now=T0 + 4 * DAY)
+    with pytest.raises(handover.HandoverRefused, match=r"it is quarantined since .* \(XID 79 on GPU 2, by watcher\)"):
+        handover.write(path, ["sim-node01"], tmp_path / "out")
+    html = Path(handover.write(path, ["sim-node01"], tmp_path / "out", force=True)["html"]).read_text()
+    table = html.split('data-lifecycle="quarantined"', 1)[1].split("</table>", 1)[0]
+    assert "XID_CRITICAL" in table and "GPU has fallen off the bus." in table and "watcher" in table
+    with History(path) as history:
+        for state, actor in (("repairing", "repair"), ("validating", "repair"), ("healthy", "preflight")):
+            transition(history, "sim-node01", state, "ladder", actor, now=T0 + 5 * DAY)
+    html = Path(handover.write(path, ["sim-node01"], tmp_path / "out")["html"]).read_text()
+    assert 'data-lifecycle="healthy"' in html, "a repaired, validated machine is handed over with its history"

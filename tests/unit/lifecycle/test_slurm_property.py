@@ -1,0 +1,101 @@
+"""The loop against a model of slurmctld (tests/helpers/slurmctld_model.py), 10,000 random sequences of admin
+drains and resumes, gpufleet quarantines (failures), repairs, validations that pass, jobs that start and end: no node
+drained by someone else is ever resumed, and no repair runs while a job is on the node. The lifecycle's own decision
+(history/lifecycle.plan) and Slurm's policy (module_utils/slurm.py) are the ones the playbook uses."""
+
+import pytest
+from ansible_collections.kentino.gpufleet.plugins.module_utils import slurm
+from ansible_collections.kentino.gpufleet.plugins.module_utils.slurm import SlurmClient, SlurmError
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
+from helpers.slurmctld_model import Slurmctld
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+EVENTS = st.one_of(
+    st.tuples(st.just("job_start"), st.sampled_from([8, 32, 64])),
+    st.tuples(st.just("job_end"), st.none()), st.tuples(st.just("tick"), st.none()),
+    st.tuples(st.just("admin_drain"), st.sampled_from(["bad dimm", "maintenance", "gpufleet-ish but not ours"])),
+    st.tuples(st.just("admin_resume"), st.none()),
+    st.tuples(st.just("failure"), st.sampled_from(["XID_CRITICAL", "ECC_DBE"])),
+    st.tuples(st.just("repair"), st.none()), st.tuples(st.just("pass"), st.none()),
+    st.tuples(st.just("ctld_down"), st.booleans()),
+)
+
+
+class Loop:
+    """gpufleet's side: the lifecycle rows in memory, Slurm through the client; the world moves on while it waits."""
+
+    def __init__(self, ctld, events):
+        self.ctld, self.events, self.rows, self.now = ctld, events, [], 0.0
+        self.client = SlurmClient(ctld.run)
+        self.repairs_during_jobs = 0
+
+    def world(self, kind, arg):
+        ctld = self.ctld
+        {"job_start": lambda: ctld.job_start(arg), "job_end": ctld.job_end, "tick": ctld.tick,
+         "admin_drain": lambda: ctld.admin_drain(arg), "admin_resume": ctld.admin_resume,
+         "ctld_down": lambda: setattr(ctld, "down", arg)}[kind]()
+
+    def sleep(self, seconds):
+        self.now += seconds
+        if self.events:
+            self.world(*self.events.pop(0)) if self.events[0][0] not in ("failure", "repair", "pass") else None
+
+    def move(self, to, actor, reason="step"):
+        self.rows += lifecycle.plan(self.rows, "gpu01", to, reason, actor, now=self.now)
+
+    def step(self, kind, arg):
+        state = lifecycle.state_of(self.rows)
+        try:
+            if kind == "failure" and state not in lifecycle.OUT_OF_SERVICE:
+                self.move("quarantined", "watcher")
+                slurm.quarantine(self.client, "gpu01", slurm.drain_reason(arg, "3"))
+            elif kind == "repair" and state == "quarantined":
+                done = slurm.wait_drained(self.client, "gpu01", 300, lambda: self.now, self.sleep, poll_s=60)
+                if done["action"] == "repair":
+                    self.repairs_during_jobs += bool(self.ctld.jobs)
+                    self.move("repairing", "repair")
+                    self.move("validating", "repair")
+            elif kind == "pass" and state == "validating":
+                slurm.release(self.client, "gpu01")
+                self.move("healthy", "preflight")
+            elif kind not in ("failure", "repair", "pass"):
+                self.world(kind, arg)
+        except SlurmError:
+            pass  # a named failure: the node stays where it is in the lifecycle, nothing resumed
+
+
+@pytest.mark.slow  # 10,000 sequences: about 10 s
+@settings(max_examples=10000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(EVENTS, max_size=30))
+def test_no_foreign_drain_is_resumed_and_no_repair_runs_during_a_job(events):
+    ctld = Slurmctld()
+    loop = Loop(ctld, list(events))
+    while loop.events:
+        loop.step(*loop.events.pop(0))
+    assert ctld.violations == [] and loop.repairs_during_jobs == 0
+    # the node's lifecycle only ever moved along the table
+    for row in loop.rows:
+        assert (row["from_state"], row["to_state"]) in lifecycle.TRANSITIONS
+
+
+def test_the_model_catches_a_policy_that_resumes_any_drain(monkeypatch):
+    """The property can fail: with the owner check removed, a foreign drain is resumed."""
+    monkeypatch.setattr(slurm, "decide_resume", lambda node: ("resume", "any drain") if node["drain"] else
+                        ("none", "not drained"))
+    ctld = Slurmctld()
+    loop = Loop(ctld, [("failure", "XID_CRITICAL"), ("repair", None), ("admin_drain", "bad dimm"), ("pass", None)])
+    while loop.events:
+        loop.step(*loop.events.pop(0))
+    assert ctld.violations == ["resumed a node drained by someone else: 'bad dimm'"]
+
+
+def test_the_model_catches_a_policy_that_repairs_while_draining(monkeypatch):
+    """With both guards gone (scontrol's state and sinfo's word), a repair runs under a job."""
+    monkeypatch.setattr(slurm, "decide_repair", lambda node, *a, **k: ("repair", "always"))
+    monkeypatch.setattr(SlurmClient, "sinfo_state", lambda self, name: "drained")
+    ctld = Slurmctld()
+    loop = Loop(ctld, [("job_start", 8), ("failure", "XID_CRITICAL"), ("repair", None)])
+    while loop.events:
+        loop.step(*loop.events.pop(0))
+    assert loop.repairs_during_jobs == 1
