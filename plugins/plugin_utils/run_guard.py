@@ -133,6 +133,9 @@ def unknown_variables(host, names, known=None):
 # module that creates, reads or runs it, so it is checked whole, normalised, before any node is touched.
 NODE_PATHS = ("gpufleet_checkpoint_path", "gpufleet_dryrun_entrypoint", "gpufleet_dryrun_torchrun",
               "gpufleet_train_home", "gpufleet_burn_executable", "gpufleet_dcgm_executable", "gpufleet_nccl_executable")
+# Paths on the controller: relative to the directory the run starts from is fine (the default reports is), written
+# the way it is meant all the same.
+CONTROLLER_PATHS = ("gpufleet_report_dir", "gpufleet_history_dir", "gpufleet_abort_record")
 
 
 def type_errors(host, values, spec=None):
@@ -148,7 +151,12 @@ def type_errors(host, values, spec=None):
         errors.append("host %s: %s (roles/gpufleet/meta/argument_specs.yml)" % (host, message))
     for name, value in sorted(given.items()):
         is_path = options[name].get("type") == "path" or name in NODE_PATHS
-        if is_path and isinstance(value, str) and value and not clean_path(value):
+        if not (is_path and isinstance(value, str) and value):
+            continue
+        if name in CONTROLLER_PATHS and not clean_path(value if value.startswith("/") else "/" + value):
+            errors.append("host %s: %s=%r is not a normalised path (no . or .. component, no doubled or trailing "
+                          "slash) of letters, digits and . _ - + @ , = (docs/security.md)" % (host, name, value))
+        elif name not in CONTROLLER_PATHS and not clean_path(value):
             errors.append("host %s: %s=%r is not an absolute, normalised path (no . or .. component, no doubled or "
                           "trailing slash) of letters, digits and . _ - + @ , = (docs/security.md)" % (host, name, value))
     bad = set()

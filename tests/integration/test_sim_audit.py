@@ -119,9 +119,10 @@ def test_drift_staleness_and_the_history_of_a_node_never_reached(tmp_path):
 
 def test_a_node_twenty_percent_below_its_own_burn_in_baseline_is_flagged(tmp_path):
     hosts = {"slow1": "h100_slowing", "ok1": "healthy_h100"}
-    # A short burn; no DCGM, NCCL or checkpoint write: the baseline under test is gpu-burn's Gflop/s per GPU.
+    # A short burn (3 s at the simulated clock: several 1 s samples fall inside it); no DCGM, NCCL or checkpoint
+    # write: the baseline under test is gpu-burn's Gflop/s per GPU.
     inv = inventory(tmp_path, hosts)
-    short = {"gpufleet_burn_duration_s": 120, "gpufleet_dcgm_enabled": False, "gpufleet_nccl_enabled": False,
+    short = {"gpufleet_burn_duration_s": 300, "gpufleet_dcgm_enabled": False, "gpufleet_nccl_enabled": False,
              "gpufleet_checkpoint_path": ""}
     set_clock(tmp_path, hosts, 0)
     rc, output, first = run_playbook("burn_in", tmp_path, inventory=str(inv), extra=short)

@@ -115,3 +115,13 @@ def test_a_new_relative_reports_directory_is_said_once(tmp_path, monkeypatch):
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "latest").symlink_to("20261201T000000Z-abcdef")  # an earlier run's
     assert run_guard.new_reports_note("reports") is None
+
+
+def test_controller_paths_may_be_relative_node_paths_may_not():
+    """The example inventory's gpufleet_report_dir: reports is relative to where the run starts; a node's path is not."""
+    assert run_guard.type_errors("n1", {"gpufleet_report_dir": "reports", "gpufleet_history_dir": "reports/history"}) == []
+    for value in ("../reports", "reports/", "reports//x", "rep\norts"):
+        errors = run_guard.type_errors("n1", {"gpufleet_report_dir": value})
+        assert len(errors) == 1 and "not a normalised path" in errors[0], (value, errors)
+    errors = run_guard.type_errors("n1", {"gpufleet_checkpoint_path": "ckpt"})
+    assert len(errors) == 1 and "not an absolute, normalised path" in errors[0]
