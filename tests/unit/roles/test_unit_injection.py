@@ -421,3 +421,14 @@ def test_the_role_creates_its_user_only_when_missing():
         "/usr/sbin/nologin"
     assert "ansible_facts['getent_passwd'][elastic_training_user] is none" in create["when"]
     assert "elastic_training_create_user | bool" in create["when"]
+
+
+@pytest.mark.parametrize("role,name,value", [
+    # apt's local repository form (the test fleet's stand-in packages): file: and one slash
+    ("nvidia_driver", "nvidia_driver_cuda_repo_url", "file:/srv/gpufleet-apt/"),
+    ("nvidia_driver", "nvidia_driver_cuda_repo_keyring_url", "file:///srv/gpufleet-apt/3bf863cc.pub"),
+    ("gpu_monitoring", "gpu_monitoring_nvidia_smi", ""),  # documented: empty disables it
+])
+def test_documented_values_pass_the_preflight(role, name, value):
+    failed = [c for c, result in preflight(role, role_vars(role, {name: value})) if result is False]
+    assert not failed, "%s=%r is refused: %s" % (name, value, failed)
