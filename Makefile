@@ -40,7 +40,7 @@ torch-venv: $(TORCH_VENV)/bin/torchrun
 
 $(MIN_VENV)/.installed:
 	$(shell hack/find-python 3.11) -m venv $(MIN_VENV)
-	$(MIN_VENV)/bin/pip install -q '$(MIN_ANSIBLE)' pytest pytest-timeout pytest-xdist hypothesis PyYAML Jinja2 jsonschema
+	$(MIN_VENV)/bin/pip install -q '$(MIN_ANSIBLE)' 'pytest<9.2' pytest-timeout pytest-xdist hypothesis PyYAML Jinja2 jsonschema
 	touch $@
 
 min-venv: $(MIN_VENV)/.installed

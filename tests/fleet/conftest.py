@@ -33,6 +33,8 @@ REQUIRED_TOOLS = ("debootstrap", "systemd-nspawn", "ip", "ssh", "ssh-keygen", "e
                   "apt-ftparchive", "mount")
 
 
+# Before xdist reads the groups (its own hook of the same name turns them into node ids).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     if "fleet" in (config.getoption("-m") or ""):
         # Under pytest-xdist (--dist loadgroup) a file is one group unless its tests name their own (test_roles.py

@@ -9,6 +9,8 @@ import pytest
 from helpers.playbook_runner import run_playbook
 
 
+# Before xdist reads the groups (its own hook of the same name turns them into node ids).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
