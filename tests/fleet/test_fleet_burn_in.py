@@ -142,7 +142,8 @@ def test_burn_in_over_ssh_reports_what_the_local_run_reports(fleet, burn_in_setu
     assert all(s["stage"] == "done" and s["reachable"] for s in summary.values())
 
 
-@pytest.mark.parametrize("process,stage", [("gpu_burn", "burn"), ("dcgmi", "dcgm"), ("all_reduce_perf", "nccl")])
+# The processes of the check itself (the identity stage runs `dcgmi -v` for the version: not the kill point).
+@pytest.mark.parametrize("process,stage", [("gpu_burn", "burn"), ("dcgmi.diag", "dcgm"), ("all_reduce_perf", "nccl")])
 def test_node_killed_mid_check_is_unreachable_at_once_with_its_stage(fleet, burn_in_setup, local_reference,
                                                                       restore_nodes, process, stage):
     """Killed during the burn, dcgmi diag or NCCL: UNREACHABLE within the SSH keepalive bound (the long checks are

@@ -195,7 +195,9 @@ def test_an_xid_79_fires_gpu_lost_and_a_killed_watcher_fires_stale(mfleet, tmp_p
 
         # Killed: no more heartbeats, the stale alert fires after three scrape intervals.
         assert not prom.firing("GpufleetWatcherStale")
-        mfleet.ssh(node, "systemctl kill gpufleet-xid-watcher")
+        # The watcher itself (its journalctl child follows it out): a signal to every process of the unit failed once
+        # with EIO on a journalctl that was exiting.
+        mfleet.ssh(node, "systemctl kill --kill-whom=main gpufleet-xid-watcher")
         _alerts, seconds = prom.wait("GpufleetWatcherStale firing", lambda: prom.firing("GpufleetWatcherStale"))
         print("GpufleetWatcherStale firing %.1f s after systemctl kill" % seconds)
         assert mfleet.ssh(node, "systemctl is-active gpufleet-xid-watcher", check=False).stdout.strip() != "active"
