@@ -106,3 +106,16 @@ def plan(code, xid=None, nvswitch=False):
 def next_rung(code, tried, xid=None, nvswitch=False):
     """The first rung of the plan not tried yet (rma when all were)."""
     return next((step for step in plan(code, xid, nvswitch) if step["rung"] not in tried), plan("XID_RMA")[-1])
+
+
+# Burn-in stages -> the role's switches that run them (the stages not named are switched off).
+STAGE_SWITCHES = {"gpu_burn": "gpufleet_burn_enabled", "dcgm_diag": "gpufleet_dcgm_enabled",
+                  "nccl_test": "gpufleet_nccl_enabled", "nvlink": "gpufleet_nvlink_enabled"}
+
+
+def validation_vars(validate):
+    """The variables that run a rung's validation: the playbook, and for the burn-in its stages' switches."""
+    out = {"playbook": validate["playbook"]}
+    if validate["playbook"] == "burn_in":
+        out.update({switch: stage in validate["stages"] for stage, switch in STAGE_SWITCHES.items()})
+    return out
