@@ -25,13 +25,19 @@ description:
   - O(state=healthy) from quarantined or rma goes through validating; with O(require_validation=true) it is refused
     unless a preflight or burn-in passed (in the history) after the node was last quarantined.
   - O(state=query) records nothing and returns the node's lifecycle as the lifecycle playbook reads it.
-  - In check mode nothing is written: RV(added) is what would be recorded.
+  - In check mode nothing is written, and RV(added) is what would be recorded.
 version_added: "0.3.0"
 author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
 attributes:
   check_mode:
     support: full
     details: The dry run; RV(added) lists the transitions that would be recorded.
+  platform:
+    details: Runs on the controller; it reads and writes the history store there.
 options:
   host:
     description: The node, as the inventory names it.
