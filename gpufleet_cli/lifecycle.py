@@ -31,7 +31,6 @@ def add_parsers(sub, default_report_dir):
         p.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
         p.add_argument("-e", "--extra-vars", action="append", default=[])
         p.add_argument("--report-dir", default=default_report_dir)
-        p.add_argument("-q", "--quiet", action="store_true", help="no Ansible output, only the outcome")
 
 
 def extra_vars(args):
@@ -48,6 +47,7 @@ def extra_vars(args):
 
 def run(args, cmd_run):
     """Run the playbook through `cmd_run` (gpufleet run's runner): its exit status. The user's -e come last."""
-    args.playbook, args.check, args.limit = "lifecycle", False, None
+    # Ansible's output is the command's: every step and, on a refusal, why (no quiet mode).
+    args.playbook, args.check, args.limit, args.quiet = "lifecycle", False, None, False
     args.extra_vars = [json.dumps(extra_vars(args))] + list(args.extra_vars)
     return cmd_run(args)

@@ -98,7 +98,8 @@ class ActionModule(ActionBase):
             before = describe(rows, history.node_runs(host) if history else [], args["nvswitch"])
             added = []
             if to_state != "query":
-                if to_state == "healthy" and args["require_validation"] and not before["validation_passed"]:
+                if to_state == "healthy" and before["state"] != "healthy" and args["require_validation"] and \
+                        not before["validation_passed"]:
                     raise AnsibleActionFail(
                         "node %s: no preflight or burn-in passed since it was quarantined%s: it stays out of service. "
                         "Run the repair (gpufleet repair %s) or a preflight first" % (
