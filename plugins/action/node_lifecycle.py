@@ -84,7 +84,10 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail("node %s: rung %r is not a rung of the ladder (%s)" % (
                     host, args["rung"], ", ".join(repair_ladder.ORDER)))
             evidence.insert(0, lifecycle.RUNG_LINE + args["rung"])
-        path = default_path(args["history_dir"] or os.path.join(os.path.expanduser(args["report_dir"]), "history"))
+        # Unless given, the run's own places: gpufleet_report_dir (default reports) and gpufleet_history_dir.
+        report_dir = args["report_dir"] or self._templar.template(task_vars.get("gpufleet_report_dir")) or "reports"
+        history_dir = args["history_dir"] or self._templar.template(task_vars.get("gpufleet_history_dir"))
+        path = default_path(history_dir or os.path.join(os.path.expanduser(str(report_dir)), "history"))
         settings = _lemon_settings(hostvars, host)
         dry = bool(self._task.check_mode)
         # A query or a dry run only reads (and finds an empty lifecycle where no history exists yet).

@@ -82,11 +82,12 @@ options:
     description: The node's RMA evidence bundle on the controller; its history (XIDs, ECC, lifecycle) is added to it.
     type: path
   report_dir:
-    description: The reports directory; the history is O(report_dir)/history unless O(history_dir) says otherwise.
+    description:
+      - The reports directory (default C(gpufleet_report_dir), else C(reports)); the history is
+        O(report_dir)/history unless O(history_dir) says otherwise.
     type: path
-    default: reports
   history_dir:
-    description: Directory of the history store (C(gpufleet_history_dir)).
+    description: Directory of the history store (default C(gpufleet_history_dir)).
     type: path
 seealso:
   - module: kentino.gpufleet.slurm_node
@@ -168,7 +169,7 @@ ARGUMENT_SPEC = dict(
     nvswitch=dict(type="bool", default=False),
     require_validation=dict(type="bool", default=True),
     bundle=dict(type="path"),
-    report_dir=dict(type="path", default="reports"),
+    report_dir=dict(type="path"),
     history_dir=dict(type="path"),
 )
 
