@@ -2,7 +2,8 @@
 it: a node with a pending row remap is quarantined (RMA bundle, history, Slurm drained with gpufleet's reason, once
 for two triggers at once), repaired (the GPU reset rung), validated by the burn-in stages the ladder names and
 returned to Slurm; a node an admin drained is never resumed; a node quarantined twice in 7 days goes to rma; a dry
-run changes nothing. Three nodes, each with its own reports and history, run side by side."""
+run changes nothing; a preflight with gpufleet_quarantine=critical quarantines the node its report fails. Four nodes,
+each with its own reports and history, run side by side."""
 
 import json
 import os
@@ -18,26 +19,26 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store imp
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-NODES = {"lc01": "row_remap_pending", "lc02": "healthy_h100", "lc03": "healthy_h100"}
+NODES = {"lc01": "row_remap_pending", "lc02": "healthy_h100", "lc03": "healthy_h100", "lc04": "row_remap_pending"}
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     root = tmp_path_factory.mktemp("lifecycle")
     subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(root / "inv"), "--nodes",
-                    "3", "--scenario", ",".join(NODES.values()), "--prefix", "lc"], check=True)
+                    str(len(NODES)), "--scenario", ",".join(NODES.values()), "--prefix", "lc"], check=True)
     return root
 
 
-def play(root, node, action, *extra):
-    """Run the lifecycle playbook for one node (its own reports and history); (rc, output)."""
+def play(root, node, action, *extra, playbook="lifecycle"):
+    """Run a playbook for one node (its own reports and history); (rc, output)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
                GPUFLEET_SIM_STATE_ROOT=str(root / "state"))
     args = ["-e", "gpufleet_report_dir=%s" % (root / node), "-e", "lifecycle_action=%s" % action,
-            "-e", "lifecycle_node=%s" % node, "-e", "lifecycle_dcgm_level=1"]
+            "-e", "lifecycle_node=%s" % node, "-e", "lifecycle_dcgm_level=1", "-e", "gpufleet_hosts=%s" % node]
     for item in extra:
         args += ["-e", item]
-    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "playbooks/lifecycle.yml", "-i",
+    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "playbooks/%s.yml" % playbook, "-i",
                            str(root / "inv")] + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -87,9 +88,13 @@ def test_quarantine_repair_validate_and_return(fleet):
         quarantine = play(fleet, "lc03", "quarantine", "lifecycle_code=XID_48", "lifecycle_gpu=0")
         return dry, dry_state, quarantine, play(fleet, "lc03", "repair"), play(fleet, "lc03", "release")
 
-    with ThreadPoolExecutor(3) as pool:
-        remap, admin, lemon = (f.result() for f in [pool.submit(remap_node), pool.submit(admin_node),
-                                                    pool.submit(lemon_node)])
+    def audited_node():
+        # The preflight fails the node's pending remap; gpufleet_quarantine=critical quarantines it at the run's end.
+        return play(fleet, "lc04", "-", "gpufleet_quarantine=critical", playbook="preflight")
+
+    with ThreadPoolExecutor(4) as pool:
+        remap, admin, lemon, audited = (f.result() for f in [pool.submit(remap_node), pool.submit(admin_node),
+                                                             pool.submit(lemon_node), pool.submit(audited_node)])
 
     # lc01: one quarantine for two triggers, the bundle first, the drain with gpufleet's reason.
     both, quarantined, drained, (rc, out) = remap
@@ -126,3 +131,13 @@ def test_quarantine_repair_validate_and_return(fleet):
     assert repair[0] != 0 and "out for RMA" in repair[1]
     assert release[0] != 0 and "no preflight or burn-in passed since it was quarantined" in release[1]
     assert slurm(fleet, "lc03")["drain"] is True
+
+    # lc04: the preflight's report failed it with a finding the ladder knows: quarantined by the run, drained.
+    rc, out = audited
+    assert rc != 0 and "healthy -> quarantined" in out, out[-3000:]
+    report = json.loads((fleet / "lc04" / "latest" / "report.json").read_text())
+    assert [(n["host"], n["verdict"]) for n in report["nodes"]] == [("lc04", "fail")]
+    [row] = rows(fleet, "lc04")
+    assert (row["to_state"], row["actor"], row["code"], row["gpu"]) == ("quarantined", "preflight",
+                                                                        "ROW_REMAP_PENDING", "2")
+    assert report["run_id"] in row["reason"] and slurm(fleet, "lc04")["reason"] == "gpufleet: ROW_REMAP_PENDING 2"
