@@ -6,6 +6,7 @@
     gpufleet run burn_in -i inventories/example [-l gpu-node-01] [-e gpufleet_burn_duration_s=3600] [--check]
     gpufleet report [RUN] [--report-dir DIR]                 (default DIR/latest, DIR reports)
     gpufleet abort -i inventories/example [-l gpu-node-01]   (stop what an interrupted run left on the nodes)
+    gpufleet quarantine|repair|release NODE [--dry-run] [--reason TEXT]   (a node's lifecycle, docs/lifecycle.md)
     gpufleet postmortem -i inventory -l node01,node02 --logs '/srv/train/logs/*.log' [--since -2h]
     gpufleet postmortem --show [reports/postmortem/latest]
     gpufleet plan [--report reports/latest] [--gpus N --checkpoint-gb G --write-mb-s R --interval-min M --price P]
@@ -330,9 +331,10 @@ def main(argv=None):
     pm.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     pm.add_argument("-q", "--quiet", action="store_true", help="only the verdict, not Ansible's output")
     pm.add_argument("--show", nargs="?", const="", help="show a written post-mortem instead (default the latest)")
-    from gpufleet_cli import plan
+    from gpufleet_cli import lifecycle, plan
 
     plan.add_parser(sub)
+    lifecycle.add_parsers(sub, os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     args = parser.parse_args(argv)
     if args.command == "plan":
         return plan.run(args)
@@ -343,6 +345,8 @@ def main(argv=None):
         return cmd_run(args)
     if args.command == "postmortem":
         return cmd_postmortem(args)
+    if args.command in lifecycle.ACTIONS:
+        return lifecycle.run(args, cmd_run)
     if args.command in commands.RUN_COMMANDS:
         return commands.cmd_play(args, REPO, show_report)
     if args.command == "history":

@@ -52,3 +52,23 @@ def output_file(text):
     if not os.access(parent, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError("cannot write %s: directory %s is not writable" % (text, parent))
     return text
+
+
+def _matching(pattern, what):
+    """An argparse type: a whole value of `pattern` (no control characters can pass), else a usage error."""
+    import re
+
+    compiled = re.compile(pattern)
+
+    def parse(text):
+        if not compiled.match(text):
+            raise argparse.ArgumentTypeError("%r is not %s" % (text, what))
+        return text
+    return parse
+
+
+node_name = _matching(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z", "a node name (letters, digits, '.', '_', '-')")
+reason = _matching(r"\A[ -~]{1,300}\Z", "one line of 1 to 300 printable ASCII characters")
+finding_code = _matching(r"\A[A-Z][A-Z0-9_]{0,63}\Z", "a finding code in UPPER_SNAKE (e.g. XID_CRITICAL)")
+gpu_id = _matching(r"\A(?:[0-9]{1,3}|[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-7])?)\Z",
+                   "a GPU index or a PCI address dddd:bb:dd")

@@ -14,7 +14,13 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.kentino.gpufleet.plugins.modules.fleet_report import ARGUMENT_SPEC
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils import cadence, render_md, report, run_guard
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils import (
+    cadence,
+    render_md,
+    repair_ladder,
+    report,
+    run_guard,
+)
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.step import HistoryStep
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import read_host
 
@@ -89,6 +95,8 @@ class ActionModule(ActionBase):
             "failing_nodes": summary["gate"]["nodes"],
             "gate_failed": summary["gate"]["failed"],
             "config_errors": [f["message"] for n in doc["nodes"] for f in n["findings"] if f["code"] == "CONFIG_INVALID"],
+            # What gpufleet_quarantine=critical quarantines: the report's fail verdicts the repair ladder can act on.
+            "quarantine": repair_ladder.quarantine_candidates(doc),
         })
         if self._task.check_mode:
             result["msg"] = "check mode: report judged, no files written"

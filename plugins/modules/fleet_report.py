@@ -193,6 +193,13 @@ config_errors:
   returned: always
   type: list
   elements: str
+quarantine:
+  description:
+    - The nodes whose verdict is V(fail) with a failing finding the repair ladder knows, each with the finding's code,
+      GPU, evidence and message; with C(gpufleet_quarantine=critical) the playbooks quarantine them
+      (kentino.gpufleet.lifecycle, docs/lifecycle.md).
+  returned: always
+  type: dict
 junit_path:
   description: Path of junit.xml.
   returned: when written

@@ -136,7 +136,17 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, planned=planned)
     try:
-        os.makedirs(bundle, 0o700)
+        os.makedirs(p["dest"], 0o700, exist_ok=True)
+        # Two triggers in the same second (an alert and the audit) each get a bundle of their own.
+        base = bundle
+        for n in range(2, 100):
+            try:
+                os.mkdir(bundle, 0o700)
+                break
+            except FileExistsError:
+                bundle = "%s-%d" % (base, n)
+        else:
+            raise OSError("99 bundles of this second exist already")
     except OSError as exc:
         module.fail_json(msg="rma_bundle on %s: cannot create %s (%s): give gpufleet_rma_dir a directory root can "
                              "write" % (host, bundle, exc.strerror or exc), planned=planned)

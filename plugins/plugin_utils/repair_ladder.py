@@ -106,3 +106,41 @@ def plan(code, xid=None, nvswitch=False):
 def next_rung(code, tried, xid=None, nvswitch=False):
     """The first rung of the plan not tried yet (rma when all were)."""
     return next((step for step in plan(code, xid, nvswitch) if step["rung"] not in tried), plan("XID_RMA")[-1])
+
+
+# Burn-in stages -> the role's switches that run them (the stages not named are switched off).
+STAGE_SWITCHES = {"gpu_burn": "gpufleet_burn_enabled", "dcgm_diag": "gpufleet_dcgm_enabled",
+                  "nccl_test": "gpufleet_nccl_enabled", "nvlink": "gpufleet_nvlink_enabled"}
+
+
+def validation_vars(validate):
+    """The variables that run a rung's validation: the playbook, and for the burn-in its stages' switches."""
+    out = {"playbook": validate["playbook"]}
+    if validate["playbook"] == "burn_in":
+        out.update({switch: stage in validate["stages"] for stage, switch in STAGE_SWITCHES.items()})
+    return out
+
+
+def knows(code, evidence=()):
+    """Whether the ladder has an entry for a finding (its code, or the XID of its evidence)."""
+    xid = xid_of(evidence)
+    return code in START or (xid is not None and "XID_%s" % xid in START)
+
+
+def quarantine_candidates(doc):
+    """{host: {code, gpu, evidence, message}} of a fleet report's nodes whose verdict is fail with a failing finding
+    the ladder knows (the node's worst finding first): what gpufleet_quarantine=critical quarantines. The verdict is
+    the report's, never judged again here."""
+    out = {}
+    for node in doc.get("nodes") or []:
+        if node.get("verdict") != "fail":
+            continue
+        findings = [f for f in ([node.get("worst")] + list(node.get("findings") or [])) if f]
+        for f in findings:
+            if f.get("severity") == "fail" and knows(f.get("code"), f.get("evidence")):
+                gpu = f.get("gpu") if isinstance(f.get("gpu"), int) else f.get("pci")
+                out[node["host"]] = {"code": f["code"], "gpu": None if gpu is None else str(gpu),
+                                     "evidence": list(f.get("evidence") or [])[:20],
+                                     "message": str(f.get("message") or "")[:200]}
+                break
+    return out

@@ -20,6 +20,9 @@ TOOLS = {
     "systemctl": "services",
     "dpkg-query": "services",
     "nvidia-bug-report.sh": "bug_report",
+    "scontrol": "slurm",
+    "sinfo": "slurm",
+    "scancel": "slurm",
 }
 
 
@@ -34,6 +37,10 @@ def main(tool=None, argv=None):
         except ScenarioError as exc:
             sys.stderr.write("%s (gpufleet-sim stand-in): %s\n" % (tool, exc))
             return 2
+    if TOOLS.get(tool) == "slurm":
+        # The Slurm controller's view runs on the controller: it needs the sim's Slurm state, not a node's scenario.
+        from . import slurm
+        return slurm.main(tool, argv)
     if tool == "mpirun":
         # mpirun needs no node: it only launches its program (which is itself a stand-in).
         from . import mpirun

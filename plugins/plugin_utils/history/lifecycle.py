@@ -153,3 +153,24 @@ def summary(rows, now=None, t=None):
             "quarantines_in_window": lemon_count(rows, now, float(t["gpufleet_lemon_window_days"])),
             "lemon_quarantines": int(t["gpufleet_lemon_quarantines"]),
             "window_days": float(t["gpufleet_lemon_window_days"]), "transitions": rows}
+
+
+def fault_of(rows):
+    """The fault the node is out of service for: the newest quarantine for a new fault (from healthy or suspect),
+    as its row (code, gpu, evidence, ts), or None."""
+    return next((r for r in reversed(rows) if r["to_state"] == "quarantined" and r["from_state"] in (
+        "healthy", "suspect")), None)
+
+
+RUNG_LINE = "rung: "
+
+
+def rungs_tried(rows):
+    """The repair rungs tried since the node's newest fault (each repairing row names its rung as an evidence line
+    `rung: <name>`), oldest first."""
+    fault = fault_of(rows)
+    if fault is None:
+        return []
+    since = rows.index(fault)
+    return [line[len(RUNG_LINE):] for r in rows[since:] if r["to_state"] == "repairing"
+            for line in r["evidence"][:1] if line.startswith(RUNG_LINE)]
