@@ -57,6 +57,12 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
 
         data = {host: read_host(hostvars, host) for host in dict.fromkeys(hosts)}
+        fabric = args.get("fabric")
+        if fabric is not None:
+            # Judged like any result, on the row of each node of the search (rules/fabric.py).
+            for host in (fabric.get("leaves") or {}) if isinstance(fabric.get("leaves"), dict) else ():
+                if host in data:
+                    data[host]["gpufleet_result_fabric"] = fabric
         nodes = report.evaluate_fleet(list(data), data, play_hosts)
         report_dir = os.path.expanduser(args["report_dir"])
         # Trends, drift and baselines from the history (read only here; the run is recorded after the report).
@@ -67,6 +73,8 @@ class ActionModule(ActionBase):
         try:
             doc = report.build_report(nodes, run_id, playbook=args.get("playbook"),
                                       started=str(started) if started else None, fail_on=fail_on)
+            if fabric is not None:
+                report.add_fabric(doc, fabric)
             if history.enabled:
                 # Whether the run lands in the history is known only after the report is written: see the result.
                 doc["history"] = {k: v for k, v in history.info.items() if k != "recorded"}

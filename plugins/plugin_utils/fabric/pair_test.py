@@ -59,8 +59,10 @@ def answer(nodes, result):
     failures = list(result.get("failures") or [])
     if result.get("failed") or tool.get("error") or failures or tool.get("rc") not in (0, None) \
             or not isinstance(figure, (int, float)) or isinstance(figure, bool):
-        said = failures or list(result.get("reasons") or []) or [result.get("msg") or tool.get("error")]
+        # What the tools said first: a failure line, else what mpirun printed (ssh, Open MPI), else the judge's words.
         unparsed = (result.get("unparsed") or {}).get("samples") or []
+        said = failures or [u for u in unparsed if str(u).strip("- \t")] or list(result.get("reasons") or []) \
+            or [result.get("msg") or tool.get("error")]
         first = next((str(s) for s in said if s), "no bus bandwidth figure")
         return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(failures + unparsed),
                 "error": "rc=%s: %s" % (tool.get("rc"), first.strip().splitlines()[0][:200])}
