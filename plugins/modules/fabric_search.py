@@ -18,8 +18,10 @@ description:
     after every round.
   - Without O(search) it starts a search over O(hosts) - their leaf switches (C(gpufleet_fabric_leaf)), the names
     mpirun reaches them by (C(gpufleet_fabric_mpi_host), default the inventory name), their ranks
-    (C(gpufleet_fabric_ranks_per_node), default 8) and the fabric thresholds (docs/rules.md), which must be the same
-    on every host of one search - and returns round 1's plan.
+    (C(gpufleet_fabric_ranks_per_node), default 8), the pair tests' timeout (C(gpufleet_fabric_pair_timeout_s),
+    default 300), and the settings that must be the same on every host of one search: the fabric thresholds
+    (docs/rules.md), C(gpufleet_fabric_max_rounds) (default 4) and C(gpufleet_fabric_seed) (default 0) - and returns
+    round 1's plan.
   - With O(search) it records the answers of the round just run (O(launched), O(finished): the registered loop
     results of the launch and of its async_status) and returns the next round's plan; an empty RV(plan) ends the
     search. A pair whose test could not run (unreachable, a timeout, mpirun unable to reach the partner) is an error,
@@ -56,14 +58,6 @@ options:
     type: list
     elements: dict
     default: []
-  max_rounds:
-    description: Rounds at most (C(gpufleet_fabric_max_rounds)).
-    type: int
-    default: 4
-  seed:
-    description: The order of nodes inside each leaf in round 1 (the same seed gives the same plan).
-    type: int
-    default: 0
 """
 
 EXAMPLES = r"""
@@ -79,7 +73,7 @@ search:
   returned: always
   type: dict
 plan:
-  description: The next round's pair tests C({nodes, launch_from, mpi_hosts, np}); empty when the search is done.
+  description: The next round's pair tests C({nodes, launch_from, mpi_hosts, np, timeout_s}); empty when the search is done.
   returned: always
   type: list
   elements: dict
@@ -96,8 +90,6 @@ ARGUMENT_SPEC = dict(
     search=dict(type="dict"),
     launched=dict(type="list", elements="dict", default=[]),
     finished=dict(type="list", elements="dict", default=[]),
-    max_rounds=dict(type="int", default=4),
-    seed=dict(type="int", default=0),
 )
 
 

@@ -19,20 +19,24 @@ MPI_HOST = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z")
 EVIDENCE_LINES = 6
 
 
-def host_errors(mpi_hosts, slots):
-    """Messages for every host whose mpirun name (gpufleet_fabric_mpi_host) or rank count is not valid."""
+def host_errors(mpi_hosts, slots, timeouts):
+    """Messages for every host whose mpirun name (gpufleet_fabric_mpi_host), rank count or timeout is not valid."""
     out = ["host %s: gpufleet_fabric_mpi_host=%r is not a host name or address mpirun can use (letters, digits, . "
            "and -): fix it in host_vars/group_vars" % (h, name) for h, name in sorted(mpi_hosts.items())
            if not (isinstance(name, str) and MPI_HOST.match(name))]
     out += ["host %s: gpufleet_fabric_ranks_per_node=%r must be a whole number from 1 to 64 (one rank a GPU)" % (
         h, n) for h, n in sorted(slots.items()) if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64]
+    out += ["host %s: gpufleet_fabric_pair_timeout_s=%r must be a whole number of seconds from 10 to 86400" % (h, n)
+            for h, n in sorted(timeouts.items()) if isinstance(n, bool) or not isinstance(n, int)
+            or not 10 <= n <= 86400]
     return out
 
 
-def launch(pair, mpi_hosts, slots):
-    """{"nodes", "launch_from", "mpi_hosts", "np"} of one planned pair: run from its first node, every rank of both."""
+def launch(pair, mpi_hosts, slots, timeouts):
+    """{"nodes", "launch_from", "mpi_hosts", "np", "timeout_s"} of one planned pair: run from its first node (with
+    its timeout), every rank of both."""
     a, b = pair
-    return {"nodes": [a, b], "launch_from": a, "np": slots[a] + slots[b],
+    return {"nodes": [a, b], "launch_from": a, "np": slots[a] + slots[b], "timeout_s": timeouts[a],
             "mpi_hosts": "%s:%d,%s:%d" % (mpi_hosts[a], slots[a], mpi_hosts[b], slots[b])}
 
 
