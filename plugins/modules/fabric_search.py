@@ -19,10 +19,10 @@ description:
   - Without O(search) it starts a search over O(hosts) - their leaf switches (C(gpufleet_fabric_leaf)), the names
     mpirun reaches them by (C(gpufleet_fabric_mpi_host), default the inventory name), their ranks
     (C(gpufleet_fabric_ranks_per_node), default 8), the pair tests' timeout (C(gpufleet_fabric_pair_timeout_s),
-    default 300), and the settings that must be the same on every host of one search: the fabric thresholds
-    (docs/rules.md), C(gpufleet_fabric_max_rounds) (default 4) and C(gpufleet_fabric_seed) (default 0) - and returns
-    round 1's plan.
-  - With O(search) it records the answers of the round just run (O(launched), O(finished): the registered loop
+    default 300), and the settings that must be the same on every host of one search (the fabric thresholds
+    in docs/rules.md, C(gpufleet_fabric_max_rounds), default 4, and C(gpufleet_fabric_seed), default 0) - and
+    returns round 1's plan.
+  - With O(search) it records the answers of the round just run (O(launched) and O(finished), the registered loop
     results of the launch and of its async_status) and returns the next round's plan; an empty RV(plan) ends the
     search. A pair whose test could not run (unreachable, a timeout, mpirun unable to reach the partner) is an error,
     never evidence against either node.

@@ -113,7 +113,7 @@ options:
     version_added: "0.2.0"
   fabric:
     description:
-      - A fabric search (RV(kentino.gpufleet.fabric_search#module:search)) to judge with the nodes: the report gains a
+      - A fabric search (RV(kentino.gpufleet.fabric_search#module:search)) to judge with the nodes. The report gains a
         C(fabric) section (the pairs, their figures, the culprit with its evidence and action) and each node of the
         search its C(fabric) check, with the findings that name it (docs/fabric.md).
     type: dict
