@@ -57,17 +57,19 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
 
         data = {host: read_host(hostvars, host) for host in dict.fromkeys(hosts)}
-        fabric = args.get("fabric")
-        if fabric is not None:
-            # Judged like any result, on the row of each node of the search (rules/fabric.py).
-            for host in (fabric.get("leaves") or {}) if isinstance(fabric.get("leaves"), dict) else ():
-                if host in data:
-                    data[host]["gpufleet_result_fabric"] = fabric
-        nodes = report.evaluate_fleet(list(data), data, play_hosts)
         report_dir = os.path.expanduser(args["report_dir"])
         # Trends, drift and baselines from the history (read only here; the run is recorded after the report).
         history = HistoryStep(args.get("history_dir") or os.path.join(report_dir, "history"), args["history_days"],
                               args["baseline_reset"], enabled=args["history"] and not self._task.check_mode)
+        fabric = args.get("fabric")
+        if fabric is not None:
+            # Each link's own past (FABRIC_LINK_DEGRADED), then judged like any result, on the row of each node of
+            # the search (rules/fabric.py).
+            fabric = dict(fabric, link_history=history.link_history(fabric))
+            for host in (fabric.get("leaves") or {}) if isinstance(fabric.get("leaves"), dict) else ():
+                if host in data:
+                    data[host]["gpufleet_result_fabric"] = fabric
+        nodes = report.evaluate_fleet(list(data), data, play_hosts)
         history.judge(nodes, data, args.get("playbook"))
         started = args.get("started") or task_vars.get("gpufleet_run_started")
         try:

@@ -17,7 +17,8 @@ The decision rule, and its false-accusation control:
 turns it into findings. Stdlib only.
 
 The result it reads: {"pairs": [{"nodes": [a, b], "round": n, "busbw_gbps": float or None, "error": str or None,
-"evidence": [lines]}], "leaves": {node: leaf or None}}.
+"evidence": [lines]}], "leaves": {node: leaf or None}, "link_history": {"a|b" (a < b): {"median_gbps", "runs"}}}
+(link_history: the fleet report adds it from the history).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -39,6 +40,9 @@ CODES = {
     "FABRIC_PAIR_ERROR": ("error", "a pair test that could not run or gave no figure: neither node is accused"),
     "FABRIC_PAIR_SLOW": ("warn", "a slow pair that no accused node or blamed leaf explains (an intermittent fault, "
                                  "or the search ran out of rounds or partners)"),
+    "FABRIC_LINK_DEGRADED": ("warn", "a pair that passed, but below its own link's median of at least "
+                                     "LINK_MIN_RUNS earlier runs by more than gpufleet_fabric_slow_margin: a link "
+                                     "slower than it used to be"),
     "FABRIC_NO_BASELINE": ("error", "no baseline: gpufleet_fabric_pair_busbw_gbps unset and too few pair figures "
                                     "for the run's own median"),
 }
@@ -47,6 +51,8 @@ CODES = {
 MEDIAN_MIN_PAIRS = 4
 # Errored pair tests after which a node is no longer retried in the same search.
 MAX_ERRORS = 2
+# Earlier figures of a link (in the history) before its own median can judge it.
+LINK_MIN_RUNS = 3
 
 
 def _median(values):
@@ -202,6 +208,21 @@ def attributed(result, t, host="the fabric"):
             "warn", "FABRIC_PAIR_SLOW", "pair %s <-> %s: below %s, but neither node nor a leaf is proven at fault"
             % (x, y, floor), "rerun the fabric search; if the pair stays slow check the path between %s and %s "
             "(both nodes' ports and the switches between them)" % (x, y), [_line(pairs[i], "slow")])))
+    history = result.get("link_history") or {}
+    for i, pair in enumerate(pairs):
+        seen = history.get("|".join(sorted(pair["nodes"]))) or {}
+        if a["status"][i] != "pass" or (seen.get("runs") or 0) < LINK_MIN_RUNS:
+            continue
+        own_floor = float(seen["median_gbps"]) * (1.0 - float(t.get("gpufleet_fabric_slow_margin")))
+        if pair["busbw_gbps"] < own_floor:
+            x, y = pair["nodes"]
+            out.append(([x, y], finding(
+                "warn", "FABRIC_LINK_DEGRADED", "link %s <-> %s: %.1f GB/s, below its own median of %.1f GB/s over %d "
+                "earlier runs by more than %g%% (it still passes the fabric's floor)" % (
+                    x, y, pair["busbw_gbps"], seen["median_gbps"], seen["runs"],
+                    100 * float(t.get("gpufleet_fabric_slow_margin"))),
+                "check the ports, cables and error counters of %s and %s on the path between them (ibstat, the "
+                "port counters) before it gets worse; rerun the fabric search" % (x, y), [_line(pair, "pass")])))
     for i, pair in enumerate(pairs):
         if a["status"][i] == "error":
             x, y = pair["nodes"]
