@@ -143,7 +143,8 @@ class ActionModule(ActionBase):
             # Short: the summary table (node, verdict, worst finding, action) is printed by show_summary.
             reasons = ["gate fail_on=%s: %d of %d node(s) failed it: %s" % (
                 fail_on, len(summary["gate"]["nodes"]), len(doc["nodes"]), ", ".join(summary["gate"]["nodes"]))
-                ] if summary["gate"]["failed"] else []
+                + ("; and the fabric (a leaf switch: see the report's fabric section)"
+                   if summary["gate"].get("fabric") else "")] if summary["gate"]["failed"] else []
             reasons += ["history: %s" % history.info["error"]] if history.failed else []
             result["msg"] = ("check mode, no files written; " if self._task.check_mode else "") + "; ".join(reasons)
             # With fail_task false the playbook fails in a task of its own: a failed result is printed whole, and

@@ -100,8 +100,8 @@ def build_report(nodes, run_id, playbook=None, started=None, finished=None, fail
 
 
 def add_fabric(doc, search):
-    """The fabric section of a fabric search (rules/fabric.py), and its verdict in the gate: a blamed leaf switch is
-    on no node's row, yet it fails the run like a node would. A search that does not match its schema is an error
+    """The fabric section of a fabric search (rules/fabric.py), and its findings on no node's row in the gate: a
+    blamed leaf switch fails the run like a node would. A search that does not match its schema is an error
     section naming the key (the nodes show RESULT_INVALID)."""
     from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import fabric, reading
 
@@ -113,7 +113,10 @@ def add_fabric(doc, search):
         section = fabric.section(search)
     doc["fabric"] = section
     gate = doc["summary"]["gate"]
-    gate["fabric"] = section["verdict"] in GATE_VERDICTS[gate["fail_on"]]
+    # Findings on a node's row gate through that node; what is on no row (a leaf, a search that could not be read)
+    # gates here.
+    unplaced = [f["severity"] for f in section["findings"] if not f["nodes"]] + (["error"] if errors else [])
+    gate["fabric"] = rules.worst(unplaced, default="pass") in GATE_VERDICTS[gate["fail_on"]]
     gate["failed"] = gate["failed"] or gate["fabric"]
     doc["summary"]["verdict"] = rules.worst([doc["summary"]["verdict"], section["verdict"]])
     return doc

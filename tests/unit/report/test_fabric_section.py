@@ -46,3 +46,9 @@ def test_a_search_that_does_not_match_its_schema_is_an_error_section_and_an_erro
 
 def test_the_rule_is_a_registered_check():
     assert ("fabric", rules.fabric) in rules.CHECKS
+
+
+def test_a_pair_error_gates_through_its_node_not_a_second_time_as_the_fabric():
+    doc = build(search(SLOW_LEAF[:3] + [(["a3", "b3"], None)]))
+    assert [n["host"] for n in doc["nodes"] if n["verdict"] == "error"] == ["a3", "b3"]
+    assert doc["summary"]["gate"] == {"fail_on": "fail", "failed": True, "fabric": False, "nodes": ["a3", "b3"]}
