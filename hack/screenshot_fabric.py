@@ -10,11 +10,12 @@ Needs chromium.   Usage: hack/screenshot_fabric.py [--reuse REPORTS_DIR] [out.pn
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from report_shot import photograph_report  # hack/ is on sys.path: a script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,18 +38,8 @@ def main(argv=None):
         if proc.returncode != 0:
             raise SystemExit(proc.stdout[-3000:] + proc.stderr[-2000:])
     html = Path(args.reuse or root / "reports") / "latest" / "report.html"
-    # The picture is the fabric section: a copy of the page with the rest hidden by one added style rule.
-    shot = root / "shot.html"
-    shot.write_text(html.read_text().replace("</head>", "<style>main > *:not(#fabric) { display: none !important; }"
-                                             "</style></head>", 1))
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        raise SystemExit("chromium not found: install it (apt-get install chromium), or open %s yourself" % html)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--user-data-dir=%s" % (root / "profile"), "--window-size=1280,%d" % args.height,
-                    "--screenshot=%s" % out, shot.as_uri()], check=True, capture_output=True)
+    # The picture is the fabric section.
+    out = photograph_report(html, "main > *:not(#fabric)", args.out, args.height, root)
     print("wrote %s (report: %s)" % (out, html))
     return 0
 
