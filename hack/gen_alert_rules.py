@@ -31,6 +31,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog impor
 OUT_PATH = REPO / "monitoring" / "prometheus" / "gpufleet-alerts.yml"
 DEFAULT_SCRAPE_INTERVAL = "30s"
 DEFAULT_NODE_JOB = "gpufleet-node"
+# The health timer's interval (gpu_monitoring_health_interval): its reads of the InfiniBand counters are this far apart.
+DEFAULT_HEALTH_INTERVAL = "5m"
+FLAP_WINDOW_S = 300
 # The watcher's severity label -> the alert: the policy's severity decides, as judge_xid.FINDING_SEVERITY does.
 PAGE_SEVERITIES = ("critical",)
 TICKET_SEVERITIES = ("warning", "unknown")
@@ -268,6 +271,53 @@ groups:
           description: "Replay or recovery errors (any), or CRC errors above 100 per second (NVIDIA DCGM's limits): a marginal link. Reseat the GPU; RMA the baseboard or GPU if it continues."
           runbook_url: {runbook}#gpunvlinkerrorsrising
 
+      - alert: InfinibandPortDown
+        expr: |
+          gpufleet_ib_port_up == 0
+        for: 2m
+        labels:
+          severity: critical
+        annotations:
+          summary: "{{{{ $labels.instance }}}}: InfiniBand port {{{{ $labels.hca }}}}/{{{{ $labels.port }}}} is {{{{ $labels.state }}}} ({{{{ $labels.phys_state }}}})"
+          description: "Multi-node jobs over this port fail or fall back to a slower path. Check the cable, the optic and the switch port; ibstat on the node."
+          runbook_url: {runbook}#infinibandportdown
+
+      - alert: InfinibandPortRateLow
+        expr: |
+          gpufleet_ib_port_rate_gbps < on(instance, hca, port) gpufleet_ib_port_expected_rate_gbps
+        for: 5m
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{{{ $labels.instance }}}}: InfiniBand port {{{{ $labels.hca }}}}/{{{{ $labels.port }}}} runs at {{{{ $value }}}} Gb/s, below the expected rate"
+          description: "The link trained at a lower speed or on fewer lanes: every collective through it is slower. Reseat or replace the cable or the optic."
+          runbook_url: {runbook}#infinibandportratelow
+
+      # A flap must repeat before it pages: the link went down at least twice in 5 minutes, as far as the health
+      # timer's reads can tell (the window: 5 minutes and one timer interval less a second, so it holds the reads of
+      # the last 5 minutes and the one before, whichever edge of a range Prometheus includes; link_downed counted
+      # exactly, no extrapolation; a counter reset, a reboot, is no flap).
+      - alert: InfinibandPortFlapping
+        expr: |
+          (max_over_time(gpufleet_ib_port_link_downed_total[{flap_window}s]) - min_over_time(gpufleet_ib_port_link_downed_total[{flap_window}s])) >= 2
+          and resets(gpufleet_ib_port_link_downed_total[{flap_window}s]) == 0
+        labels:
+          severity: critical
+        annotations:
+          summary: "{{{{ $labels.instance }}}}: InfiniBand port {{{{ $labels.hca }}}}/{{{{ $labels.port }}}} went down {{{{ $value }}}} times in 5 minutes"
+          description: "A flapping link kills NCCL jobs (remote process exited or there was a network error). Check the cable and optic; run the fabric search (playbooks/fabric.yml)."
+          runbook_url: {runbook}#infinibandportflapping
+
+      - alert: InfinibandErrorsRising
+        expr: |
+          increase(gpufleet_ib_port_errors_total[15m]) > 0
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{{{ $labels.instance }}}}: InfiniBand port {{{{ $labels.hca }}}}/{{{{ $labels.port }}}} counted {{{{ $labels.counter }}}} errors in the last 15 minutes"
+          description: "A marginal link (symbol errors: a dirty or failing cable or optic) or congestion (discards). Check the cable and optic before it flaps."
+          runbook_url: {runbook}#infinibanderrorsrising
+
       - alert: GpufleetWatcherStale
         expr: |
           time() - gpufleet_watcher_last_update_timestamp_seconds > {stale_s}
@@ -309,7 +359,8 @@ def _indent(text, spaces):
     return ("\n" + pad).join(text.splitlines())
 
 
-def generate(scrape_interval=DEFAULT_SCRAPE_INTERVAL, node_job=DEFAULT_NODE_JOB, docs_base=None):
+def generate(scrape_interval=DEFAULT_SCRAPE_INTERVAL, node_job=DEFAULT_NODE_JOB, docs_base=None,
+             health_interval=DEFAULT_HEALTH_INTERVAL):
     recent = 'time() - gpufleet_xid_last_event_timestamp_seconds{severity=~"%s"} < 3600'
     rate6h = 'sum by (instance, pci) (increase(gpufleet_xid_events_total{xid="92"}[6h]))'
     rate7d = 'sum by (instance, pci) (increase(gpufleet_xid_events_total{xid="92"}[7d]))'
@@ -346,6 +397,7 @@ def generate(scrape_interval=DEFAULT_SCRAPE_INTERVAL, node_job=DEFAULT_NODE_JOB,
             'increase(gpufleet_nvlink_errors_total{type=~"replay|recovery"}[1h]) > 0\n'
             'or rate(gpufleet_nvlink_errors_total{type="crc"}[5m]) >= 100', 2)), 10),
         ecc_accel=_indent("\nor ".join(accel), 10),
+        flap_window=FLAP_WINDOW_S + seconds(health_interval) - 1,
     )
 
 
@@ -355,10 +407,13 @@ def main(argv=None):
     parser.add_argument("--output", type=Path, default=OUT_PATH)
     parser.add_argument("--scrape-interval", default=DEFAULT_SCRAPE_INTERVAL)
     parser.add_argument("--node-job", default=DEFAULT_NODE_JOB)
+    parser.add_argument("--health-interval", default=DEFAULT_HEALTH_INTERVAL,
+                        help="the health timer's interval (gpu_monitoring_health_interval, as 30s, 1m or 5m)")
     parser.add_argument("--docs-base-url", type=docs_url, default=None,
                         help="base of the runbook_url links (your site's copy of docs/); default %s" % docs_base_url())
     args = parser.parse_args(argv)
-    return write_or_check(args.output, generate(args.scrape_interval, args.node_job, args.docs_base_url), args.check,
+    return write_or_check(args.output, generate(args.scrape_interval, args.node_job, args.docs_base_url,
+                                                    args.health_interval), args.check,
                           "gen_alert_rules.py")
 
 

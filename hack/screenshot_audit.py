@@ -10,11 +10,12 @@ the changes since the previous audit, the findings). Needs chromium.   Usage: ha
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from report_shot import photograph_report  # hack/ is on sys.path: a script
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTS = {"leak01": "ecc_leak_trend", "ok01": "healthy_h100"}
@@ -48,17 +49,9 @@ def main(argv=None):
             raise SystemExit(proc.stdout[-3000:] + proc.stderr[-2000:])
         print("day %d audited" % day, flush=True)
     html = Path(args.reuse or root / "reports") / "latest" / "report.html"
-    # The picture is the leaking node's card: a copy of the page with the rest hidden by one added style rule.
-    shot = root / "shot.html"
-    shot.write_text(html.read_text().replace("</head>", "<style>main > *:not(#nodes), #nodes > h2, "
-                                             ".nodecard:not([data-host=leak01]) { display: none !important; }"
-                                             "</style></head>", 1))
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--user-data-dir=%s" % (root / "profile"), "--window-size=1280,%d" % args.height,
-                    "--screenshot=%s" % out, shot.as_uri()], check=True, capture_output=True)
+    # The picture is the leaking node's card.
+    out = photograph_report(html, "main > *:not(#nodes), #nodes > h2, .nodecard:not([data-host=leak01])", args.out,
+                            args.height, root)
     print("wrote %s (report: %s)" % (out, html))
     return 0
 

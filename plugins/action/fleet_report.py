@@ -63,16 +63,26 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
 
         data = {host: read_host(hostvars, host) for host in dict.fromkeys(hosts)}
-        nodes = report.evaluate_fleet(list(data), data, play_hosts)
         report_dir = os.path.expanduser(args["report_dir"])
         # Trends, drift and baselines from the history (read only here; the run is recorded after the report).
         history = HistoryStep(args.get("history_dir") or os.path.join(report_dir, "history"), args["history_days"],
                               args["baseline_reset"], enabled=args["history"] and not self._task.check_mode)
+        fabric = args.get("fabric")
+        if fabric is not None:
+            # Each link's own past (FABRIC_LINK_DEGRADED), then judged like any result, on the row of each node of
+            # the search (rules/fabric.py).
+            fabric = dict(fabric, link_history=history.link_history(fabric))
+            for host in (fabric.get("leaves") or {}) if isinstance(fabric.get("leaves"), dict) else ():
+                if host in data:
+                    data[host]["gpufleet_result_fabric"] = fabric
+        nodes = report.evaluate_fleet(list(data), data, play_hosts)
         history.judge(nodes, data, args.get("playbook"))
         started = args.get("started") or task_vars.get("gpufleet_run_started")
         try:
             doc = report.build_report(nodes, run_id, playbook=args.get("playbook"),
                                       started=str(started) if started else None, fail_on=fail_on)
+            if fabric is not None:
+                report.add_fabric(doc, fabric)
             if history.enabled:
                 # Whether the run lands in the history is known only after the report is written: see the result.
                 doc["history"] = {k: v for k, v in history.info.items() if k != "recorded"}
@@ -141,7 +151,8 @@ class ActionModule(ActionBase):
             # Short: the summary table (node, verdict, worst finding, action) is printed by show_summary.
             reasons = ["gate fail_on=%s: %d of %d node(s) failed it: %s" % (
                 fail_on, len(summary["gate"]["nodes"]), len(doc["nodes"]), ", ".join(summary["gate"]["nodes"]))
-                ] if summary["gate"]["failed"] else []
+                + ("; and the fabric (a leaf switch: see the report's fabric section)"
+                   if summary["gate"].get("fabric") else "")] if summary["gate"]["failed"] else []
             reasons += ["history: %s" % history.info["error"]] if history.failed else []
             result["msg"] = ("check mode, no files written; " if self._task.check_mode else "") + "; ".join(reasons)
             # With fail_task false the playbook fails in a task of its own: a failed result is printed whole, and

@@ -17,7 +17,8 @@ The decision rule, and its false-accusation control:
 turns it into findings. Stdlib only.
 
 The result it reads: {"pairs": [{"nodes": [a, b], "round": n, "busbw_gbps": float or None, "error": str or None,
-"evidence": [lines]}], "leaves": {node: leaf or None}}.
+"evidence": [lines]}], "leaves": {node: leaf or None}, "link_history": {"a|b" (a < b): {"median_gbps", "runs"}}}
+(link_history: the fleet report adds it from the history).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -39,6 +40,9 @@ CODES = {
     "FABRIC_PAIR_ERROR": ("error", "a pair test that could not run or gave no figure: neither node is accused"),
     "FABRIC_PAIR_SLOW": ("warn", "a slow pair that no accused node or blamed leaf explains (an intermittent fault, "
                                  "or the search ran out of rounds or partners)"),
+    "FABRIC_LINK_DEGRADED": ("warn", "a pair that passed, but below its own link's median of at least "
+                                     "LINK_MIN_RUNS earlier runs by more than gpufleet_fabric_slow_margin: a link "
+                                     "slower than it used to be"),
     "FABRIC_NO_BASELINE": ("error", "no baseline: gpufleet_fabric_pair_busbw_gbps unset and too few pair figures "
                                     "for the run's own median"),
 }
@@ -47,6 +51,8 @@ CODES = {
 MEDIAN_MIN_PAIRS = 4
 # Errored pair tests after which a node is no longer retried in the same search.
 MAX_ERRORS = 2
+# Earlier figures of a link (in the history) before its own median can judge it.
+LINK_MIN_RUNS = 3
 
 
 def _median(values):
@@ -157,45 +163,72 @@ def _where(node, leaves):
 @judge_door(CHECK)
 def judge(result, t, host="the fabric"):
     """[finding] for the pairs of one fabric search (host: the name findings without a node use)."""
+    return [f for _subjects, f in attributed(result, t, host)]
+
+
+def attributed(result, t, host="the fabric"):
+    """[(subjects, finding)]: judge's findings, each with the nodes on whose report rows it belongs: the accused node;
+    the nodes of an errored or unexplained slow pair that never passed (a node proven by another test is not in
+    doubt); every node when there is no baseline; none for a blamed leaf (its nodes are not accused)."""
     pairs = result.get("pairs") or []
     leaves = result.get("leaves") or {}
     a = analyse(result, t)
     out = []
     if a["floor"] is None:
-        out.append(finding("error", "FABRIC_NO_BASELINE", "%s: no pair can be judged: %s" % (host, a["source"]),
-                           "set gpufleet_fabric_pair_busbw_gbps to the two-node all_reduce busbw of two known-good "
-                           "nodes of this platform, or test at least %d pairs" % (2 * MEDIAN_MIN_PAIRS),
-                           [_line(p, "unjudged") for p in pairs[:10]]))
+        out.append((sorted(set(leaves) | set(n for p in pairs for n in p["nodes"])),
+                    finding("error", "FABRIC_NO_BASELINE", "%s: no pair can be judged: %s" % (host, a["source"]),
+                            "set gpufleet_fabric_pair_busbw_gbps to the two-node all_reduce busbw of two known-good "
+                            "nodes of this platform, or test at least %d pairs" % (2 * MEDIAN_MIN_PAIRS),
+                            [_line(p, "unjudged") for p in pairs[:10]])))
         return out
     floor = "%.1f GB/s (baseline %.1f GB/s from %s, less %g%%)" % (
         a["floor"], a["baseline"], a["source"], 100 * float(t.get("gpufleet_fabric_slow_margin")))
+
+    def in_doubt(nodes):
+        return [n for n in nodes if n not in a["proven"]]
+
     for leaf, seen in sorted(a["leaves_blamed"].items()):
-        out.append(finding("fail", "FABRIC_LEAF_SLOW", "leaf switch %s: all %d pairs crossing it are below %s, the %d "
-                           "pairs inside it are not: its uplinks are slow" % (
-                               leaf, len(seen["crossing"]), floor, len(seen["inside"])),
-                           "check the uplinks of leaf %s to the spine (port counters, optics, cables, the leaf's "
-                           "logs); its nodes are not accused" % leaf,
-                           [_line(pairs[i], a["status"][i]) for i in seen["crossing"] + seen["inside"]]))
+        out.append(([], finding("fail", "FABRIC_LEAF_SLOW", "leaf switch %s: all %d pairs crossing it are below %s, "
+                                "the %d pairs inside it are not: its uplinks are slow" % (
+                                    leaf, len(seen["crossing"]), floor, len(seen["inside"])),
+                                "check the uplinks of leaf %s to the spine (port counters, optics, cables, the leaf's "
+                                "logs); its nodes are not accused" % leaf,
+                                [_line(pairs[i], a["status"][i]) for i in seen["crossing"] + seen["inside"]])))
     for node in sorted(a["accused"]):
         partners = sorted(a["slow_partners"][node])
-        out.append(finding("fail", "FABRIC_NODE_SLOW", "%s: slow with %d different good partners (%s), below %s, and "
-                           "never passed" % (node, len(partners), ", ".join(partners), floor),
-                           "on %s check the NIC rails, their cables%s and the switch ports (ibstat, the port error "
-                           "counters): reseat or replace the cable or the NIC of the slow rail, then rerun the "
-                           "fabric search" % (node, _where(node, leaves)),
-                           [_line(pairs[i], "slow") for i in a["accused"][node]]))
+        out.append(([node], finding("fail", "FABRIC_NODE_SLOW", "%s: slow with %d different good partners (%s), "
+                                    "below %s, and never passed" % (node, len(partners), ", ".join(partners), floor),
+                                    "on %s check the NIC rails, their cables%s and the switch ports (ibstat, the port "
+                                    "error counters): reseat or replace the cable or the NIC of the slow rail, then "
+                                    "rerun the fabric search" % (node, _where(node, leaves)),
+                                    [_line(pairs[i], "slow") for i in a["accused"][node]])))
     for i in a["unresolved"]:
         x, y = pairs[i]["nodes"]
-        out.append(finding("warn", "FABRIC_PAIR_SLOW", "pair %s <-> %s: below %s, but neither node nor a leaf is "
-                           "proven at fault" % (x, y, floor),
-                           "rerun the fabric search; if the pair stays slow check the path between %s and %s "
-                           "(both nodes' ports and the switches between them)" % (x, y), [_line(pairs[i], "slow")]))
+        out.append((in_doubt([x, y]), finding(
+            "warn", "FABRIC_PAIR_SLOW", "pair %s <-> %s: below %s, but neither node nor a leaf is proven at fault"
+            % (x, y, floor), "rerun the fabric search; if the pair stays slow check the path between %s and %s "
+            "(both nodes' ports and the switches between them)" % (x, y), [_line(pairs[i], "slow")])))
+    history = result.get("link_history") or {}
+    for i, pair in enumerate(pairs):
+        seen = history.get("|".join(sorted(pair["nodes"]))) or {}
+        if a["status"][i] != "pass" or (seen.get("runs") or 0) < LINK_MIN_RUNS:
+            continue
+        own_floor = float(seen["median_gbps"]) * (1.0 - float(t.get("gpufleet_fabric_slow_margin")))
+        if pair["busbw_gbps"] < own_floor:
+            x, y = pair["nodes"]
+            out.append(([x, y], finding(
+                "warn", "FABRIC_LINK_DEGRADED", "link %s <-> %s: %.1f GB/s, below its own median of %.1f GB/s over %d "
+                "earlier runs by more than %g%% (it still passes the fabric's floor)" % (
+                    x, y, pair["busbw_gbps"], seen["median_gbps"], seen["runs"],
+                    100 * float(t.get("gpufleet_fabric_slow_margin"))),
+                "check the ports, cables and error counters of %s and %s on the path between them (ibstat, the "
+                "port counters) before it gets worse; rerun the fabric search" % (x, y), [_line(pair, "pass")])))
     for i, pair in enumerate(pairs):
         if a["status"][i] == "error":
             x, y = pair["nodes"]
-            out.append(finding("error", "FABRIC_PAIR_ERROR", "pair %s <-> %s: the test gave no figure (%s): neither "
-                               "node is accused" % (x, y, pair.get("error") or "no bus bandwidth"),
-                               "make the pair test run between %s and %s (SSH, mpirun, the test binary on both), "
-                               "then rerun the fabric search" % (x, y),
-                               list(pair.get("evidence") or [])[-5:] + [_line(pair, "error")]))
+            out.append((in_doubt([x, y]), finding(
+                "error", "FABRIC_PAIR_ERROR", "pair %s <-> %s: the test gave no figure (%s): neither node is accused"
+                % (x, y, pair.get("error") or "no bus bandwidth"),
+                "make the pair test run between %s and %s (SSH, mpirun, the test binary on both), then rerun the "
+                "fabric search" % (x, y), list(pair.get("evidence") or [])[-5:] + [_line(pair, "error")])))
     return out

@@ -22,6 +22,7 @@ import shutil
 import sys
 import time
 
+from ansible_collections.kentino.gpufleet.plugins.module_utils import ib_sysfs
 from ansible_collections.kentino.gpufleet.plugins.module_utils.fabric_manager import SERVICE as FM_SERVICE
 from ansible_collections.kentino.gpufleet.plugins.module_utils.fabric_manager import parse_systemctl_show
 from ansible_collections.kentino.gpufleet.plugins.module_utils.mounts import (
@@ -315,6 +316,41 @@ def collect_nvme(fams, nvme, devices, timeout_s, log, runner=run_tool):
     return ok
 
 
+def collect_infiniband(fams, root, expected_gbps, log):
+    """Each InfiniBand port's state, rate, width and error counters (ib_sysfs). None (nothing written) on a node
+    without InfiniBand (no root); else True when every port read whole."""
+    if not os.path.isdir(root):
+        return None
+    read = ib_sysfs.read_ports(root)
+    for problem in read["problems"]:
+        log("infiniband: %s" % problem["message"])
+    for port in read["ports"]:
+        where = {"hca": port["hca"], "port": str(port["port"])}
+        if port["state_name"] is not None or port["phys_state"] is not None:
+            up = port["state_name"] == "ACTIVE" and port["phys_state"] == "LinkUp"
+            fams.get("gpufleet_ib_port_up", "gauge", "1: the InfiniBand port is ACTIVE and LinkUp.").add(
+                1 if up else 0, state=port["state_name"] or "unknown", phys_state=port["phys_state"] or "unknown",
+                **where)
+        if port["rate_gbps"] is not None:
+            fams.get("gpufleet_ib_port_rate_gbps", "gauge", "The port's rate, Gb/s (sysfs rate).").add(
+                port["rate_gbps"], **where)
+            fams.get("gpufleet_ib_port_width_lanes", "gauge", "The lanes the port runs on (4X: 4).").add(
+                port["width"], **where)
+        if expected_gbps is not None:
+            fams.get("gpufleet_ib_port_expected_rate_gbps", "gauge", "The rate the port should run at, Gb/s "
+                     "(configured).").add(expected_gbps, **where)
+        for name, value in sorted(port["counters"].items()):
+            if value is None:
+                continue  # N/A (no PMA): unknown, never a zero
+            if name == "link_downed":
+                fams.get("gpufleet_ib_port_link_downed_total", "counter", "Times the port's link failed to recover "
+                         "and went down (sysfs counters/link_downed): flaps.").add(value, **where)
+            else:
+                fams.get("gpufleet_ib_port_errors_total", "counter", "The port's error counters (sysfs counters/; "
+                         "they saturate).").add(value, counter=name, **where)
+    return not read["problems"]
+
+
 def collect(cfg, log, runner=run_tool, clock=time.time):
     """All families of one run (never raises for a source that cannot be read)."""
     fams = Families()
@@ -333,6 +369,9 @@ def collect(cfg, log, runner=run_tool, clock=time.time):
             devices.append(ctrl)
     nvme = shutil.which(cfg["nvme"]) if cfg["nvme"] else None
     up.add(1 if collect_nvme(fams, nvme, devices, cfg["tool_timeout_seconds"], log, runner) else 0, collector="nvme")
+    ib = collect_infiniband(fams, cfg["infiniband_root"], cfg["ib_expected_rate_gbps"], log)
+    if ib is not None:
+        up.add(1 if ib else 0, collector="infiniband")
     fams.get("gpufleet_health_last_run_timestamp_seconds", "gauge",
              "When the health collector last finished.").add(clock())
     return fams.items

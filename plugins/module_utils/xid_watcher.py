@@ -93,6 +93,8 @@ DEFAULTS = {
     "nvme_discover": True,
     "nvme_devices": [],
     "mounts_file": "/proc/mounts",
+    "infiniband_root": "/sys/class/infiniband",  # no such directory: a node without InfiniBand, nothing written
+    "ib_expected_rate_gbps": None,  # each port's expected rate (InfinibandPortRateLow); null: not exported
 }
 _NUMBERS = ("expected_gpus", "heartbeat_seconds", "poll_seconds", "read_interval_seconds", "event_write_seconds",
             "write_interval_seconds", "state_write_seconds", "inventory_interval_seconds", "tool_timeout_seconds")
@@ -147,7 +149,10 @@ def load_config(path=None, overrides=None):
     if not isinstance(cfg["checkpoint_paths"], list) or not all(
             isinstance(p, str) and p.startswith("/") for p in cfg["checkpoint_paths"]):
         raise ConfigError("checkpoint_paths must be a list of absolute paths, not %r" % (cfg["checkpoint_paths"],))
-    for key in ("metrics_directory", "state_directory"):
+    rate = cfg["ib_expected_rate_gbps"]
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0):
+        raise ConfigError("ib_expected_rate_gbps must be a rate in Gb/s above 0 (such as 400) or null, not %r" % (rate,))
+    for key in ("metrics_directory", "state_directory", "infiniband_root"):
         if not isinstance(cfg[key], str) or not cfg[key].startswith("/"):
             raise ConfigError("%s must be an absolute path, not %r" % (key, cfg[key]))
     return cfg

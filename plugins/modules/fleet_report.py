@@ -111,6 +111,13 @@ options:
     type: bool
     default: false
     version_added: "0.2.0"
+  fabric:
+    description:
+      - A fabric search (RV(kentino.gpufleet.fabric_search#module:search)) to judge with the nodes. The report gains a
+        C(fabric) section (the pairs, their figures, the culprit with its evidence and action) and each node of the
+        search its C(fabric) check, with the findings that name it (docs/fabric.md).
+    type: dict
+    version_added: "0.2.0"
 notes:
   - Run it once, on the controller (C(run_once) or a play on localhost).
   - Needs Jinja2 and jsonschema on the controller (both are dependencies of the project).
@@ -237,6 +244,7 @@ ARGUMENT_SPEC = dict(
     baseline_reset=dict(type="bool", default=False),
     fail_task=dict(type="bool", default=True),
     show_summary=dict(type="bool", default=False),
+    fabric=dict(type="dict"),
 )
 
 

@@ -88,6 +88,20 @@ def _no_curve(node):
     return "No rise of corrected ECC between this node's readings in the history."
 
 
+def _fabric_matrix(section):
+    """{nodes (by leaf, then name), cells {a: {b: pair}}}: each pair's latest test, in both halves of the matrix."""
+    if not section:
+        return {"nodes": [], "cells": {}}
+    leaves = section.get("leaves") or {}
+    cells = {}
+    for pair in section["pairs"]:
+        a, b = pair["nodes"]
+        cells.setdefault(a, {})[b] = pair
+        cells.setdefault(b, {})[a] = pair
+    nodes = sorted(set(leaves) | set(cells), key=lambda n: (str(leaves.get(n) or ""), n))
+    return {"nodes": nodes, "cells": cells}
+
+
 def render(report):
     report = report_format.printable_tree(report)  # autoescaping does not touch control characters
     env, markup = _environment()
@@ -106,6 +120,7 @@ def render(report):
         "charts": {n["host"]: _node_charts(n, markup) for n in nodes},
         "history": {n["host"]: _history(n, markup) for n in nodes},
         "summary_md": render_md.summary_table(report),
+        "fabric_matrix": _fabric_matrix(report.get("fabric")),
         "times": report_format.run_times(report),
         # {host: {gpu index: the finding that says it is lost}}: such a card shows LOST, never an older figure.
         "lost": {n["host"]: {g["index"]: f for g in n["gpus"] for f in [report_format.lost_finding(g)] if f}

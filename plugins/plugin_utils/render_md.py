@@ -65,7 +65,8 @@ def gate_line(report):
     if report.get("interrupted"):
         return "Gate (fail_on=%s): FAILED: the run was interrupted before it finished (%s did not finish); rerun for " \
                "a verdict" % (gate["fail_on"], ", ".join(gate["nodes"]) or "no node")
-    return "Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(gate["nodes"])) if gate["failed"]
+    failed = gate["nodes"] + (["the fabric (see its section)"] if gate.get("fabric") else [])
+    return "Gate (fail_on=%s): %s" % (gate["fail_on"], ("FAILED: " + ", ".join(failed)) if gate["failed"]
                                       else "passed")
 
 
@@ -95,6 +96,34 @@ def summary_table(report):
     return "\n".join([title, ""] + lines + ["", footer])
 
 
+def fabric_markdown(section):
+    """The fabric section: the culprits with their evidence and action, then every pair test by round."""
+    out = ["## Fabric: %s" % _ICON.get(section["verdict"], text(section["verdict"])), ""]
+    if section.get("error"):
+        out += [text(section["error"]), ""]
+    if section.get("floor_gbps") is not None:
+        out += ["%s round(s), %s pair test(s); a pair is slow below %s GB/s: the baseline %s GB/s (%s) less %s %%." % (
+            count(section["rounds"]), count(len(section["pairs"])), number(section["floor_gbps"]),
+            number(section["baseline_gbps"]), text(section.get("baseline_source")),
+            number(100 * section.get("slow_margin", 0))), ""]
+    for f in section["findings"]:
+        out.append("- **%s** %s: %s  " % (text(f["severity"].upper()), code(f["code"]), text(" ".join(f["message"].split()))))
+        out.append("  Action: %s" % text(" ".join(f["action"].split())))
+        if f["evidence"]:
+            out += ["", "  ```"] + ["  " + line.replace("```", "'''") for line in f["evidence"]] + ["  ```"]
+    if not section["findings"]:
+        out.append("No findings: every node passed a pair test.")
+    out += ["", "| round | pair | leaves | bus bandwidth GB/s | status |", "|---|---|---|---|---|"]
+    leaves = section.get("leaves") or {}
+    for p in section["pairs"]:
+        a, b = p["nodes"]
+        out.append("| %s | %s | %s | %s | %s |" % (
+            count(p["round"]), cell("%s <-> %s" % (a, b)), cell("%s / %s" % (leaves.get(a) or "-", leaves.get(b) or "-")),
+            number(p["busbw_gbps"]) if p["busbw_gbps"] is not None else cell(p.get("error") or "-"),
+            p["status"].upper()))
+    return "\n".join(out) + "\n"
+
+
 def render(report):
     report = printable_tree(report)
     times = run_times(report)
@@ -111,6 +140,8 @@ def render(report):
         from ansible_collections.kentino.gpufleet.plugins.plugin_utils.cadence import markdown
 
         out.append(markdown(report["cadence"]))
+    if report.get("fabric"):
+        out.append(fabric_markdown(report["fabric"]))
     for node in report["nodes"]:
         out += ["## %s: %s" % (text(node["host"]), _ICON.get(node["verdict"], text(node["verdict"]))), ""]
         if node.get("stage"):

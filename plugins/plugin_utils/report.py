@@ -99,6 +99,29 @@ def build_report(nodes, run_id, playbook=None, started=None, finished=None, fail
     return doc
 
 
+def add_fabric(doc, search):
+    """The fabric section of a fabric search (rules/fabric.py), and its findings on no node's row in the gate: a
+    blamed leaf switch fails the run like a node would. A search that does not match its schema is an error
+    section naming the key (the nodes show RESULT_INVALID)."""
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import fabric, reading
+
+    errors = reading.schema_errors("fabric", search) if isinstance(search, dict) else ["not a mapping"]
+    if errors:
+        section = {"version": fabric.SECTION_VERSION, "verdict": "error", "rounds": 0, "pairs": [], "findings": [],
+                   "leaves": {}, "error": "the fabric search does not match its schema: %s" % "; ".join(errors[:5])}
+    else:
+        section = fabric.section(search)
+    doc["fabric"] = section
+    gate = doc["summary"]["gate"]
+    # Findings on a node's row gate through that node; what is on no row (a leaf, a search that could not be read)
+    # gates here.
+    unplaced = [f["severity"] for f in section["findings"] if not f["nodes"]] + (["error"] if errors else [])
+    gate["fabric"] = rules.worst(unplaced, default="pass") in GATE_VERDICTS[gate["fail_on"]]
+    gate["failed"] = gate["failed"] or gate["fabric"]
+    doc["summary"]["verdict"] = rules.worst([doc["summary"]["verdict"], section["verdict"]])
+    return doc
+
+
 def load_schema():
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         return json.load(fh)

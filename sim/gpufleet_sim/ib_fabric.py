@@ -7,7 +7,9 @@ A fabric file (JSON; GPUFLEET_SIM_FABRIC names it for the stand-ins, the bench b
               {"kind": "bad_cable", "node": n, "rail": r, "factor": 0.6},       node <-> leaf cable: symbol errors,
                                                                                 retransmits, lower throughput
               {"kind": "flapping_port", "node": n, "rail": r, "p_down": 0.5},   the link drops during a test
-              {"kind": "bad_leaf", "leaf": l, "factor": 0.5}]}                  the leaf's uplinks to the spine
+              {"kind": "bad_leaf", "leaf": l, "factor": 0.5}],                  the leaf's uplinks to the spine
+   "down": [node, ...],   nodes SSH cannot reach: the stand-in mpirun fails to start its daemon there (Open MPI's error)
+   "hung": [node, ...]}   nodes whose pair tests never finish (a stuck collective): the caller's timeout must end them
 A two-node all_reduce over 8 rails runs every rail at once and waits for the slowest, so a pair's bus bandwidth is a
 healthy rail's (rail_gbps x PAIR_EFFICIENCY) times the worst rail factor of either node, times a bad leaf's factor
 when the pair crosses it (one end on it: a pair inside a leaf never touches its uplinks), times the noise: a normal
@@ -43,6 +45,11 @@ class Fabric:
                     raise FabricError("node %s is on leaf %s and on leaf %s" % (node, self.leaf_of[node], leaf))
                 self.leaf_of[node] = leaf
         self.faults = list(spec.get("faults") or [])
+        self.down = set(spec.get("down") or [])
+        self.hung = set(spec.get("hung") or [])
+        unknown = sorted((self.down | self.hung) - set(self.leaf_of))
+        if unknown:
+            raise FabricError("down/hung name nodes on no leaf: %s" % ", ".join(unknown))
         for fault in self.faults:
             need = KINDS.get(fault.get("kind"))
             if need is None or any(k not in fault for k in need):

@@ -6,8 +6,33 @@ Accepts the usual Open MPI options (-np/-n N, --allow-run-as-root, -x VAR[=VAL],
 two-node test between them (sim/gpufleet_sim/ib_fabric.py).
 """
 
+import json
 import os
 import sys
+
+# What Open MPI 4 prints when ssh cannot start its daemon (orted) on a host of -H.
+_NO_DAEMON = ("--------------------------------------------------------------------------\n"
+              "ORTE was unable to reliably start one or more daemons.\n"
+              "This usually is caused by:\n\n"
+              "* not finding the required libraries and/or binaries on\n"
+              "  one or more nodes. Please check your PATH and LD_LIBRARY_PATH\n"
+              "  settings, or configure OMPI with --enable-orterun-prefix-by-default\n\n"
+              "* lack of authority to execute on one or more specified nodes.\n"
+              "  Please verify your allocation and authorities.\n"
+              "--------------------------------------------------------------------------\n")
+
+
+def _down(hosts):
+    """The hosts of -H the fabric file (GPUFLEET_SIM_FABRIC) marks as unreachable over SSH."""
+    path = os.environ.get("GPUFLEET_SIM_FABRIC")
+    if not path or not hosts:
+        return []
+    try:
+        with open(path) as f:
+            down = set(json.load(f).get("down") or [])
+    except (OSError, ValueError):
+        return []  # the test itself reports a broken fabric file
+    return [h for h in hosts if h in down]
 
 _WITH_VALUE = {"-np", "-n", "-c", "--np", "-x", "--bind-to", "--map-by", "-H", "--host", "--hostfile", "-hostfile",
                "--rank-by", "-npernode", "--npernode", "-wdir", "--wdir"}
@@ -48,6 +73,10 @@ def main(argv):
     env["OMPI_COMM_WORLD_RANK"] = "0"
     if hosts:
         env["GPUFLEET_SIM_MPI_HOSTS"] = ",".join(hosts)
+    down = _down(hosts)
+    if down:
+        sys.stderr.write("ssh: connect to host %s port 22: No route to host\n%s" % (down[0], _NO_DAEMON))
+        return 1
     try:
         os.execvpe(prog[0], prog, env)
     except OSError as exc:

@@ -138,6 +138,11 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         gpus = devices[:per_host] * 2
         for r, g in enumerate(gpus):
             out.write(rank_line(r, pid + r, hosts[r // per_host], r % per_host, g["pci_xid"], g["name"]))
+        if ib.hung & set(hosts):
+            out.write(TITLES)
+            out.flush()
+            while True:  # a stuck collective: only the caller's timeout ends it
+                time.sleep(60)
     else:
         gpus = devices[:nranks]
         for r, g in enumerate(gpus):

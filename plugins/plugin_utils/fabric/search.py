@@ -93,23 +93,35 @@ def next_round(result, t):
     return out
 
 
-def search(leaves, run_round, t, max_rounds=4, seed=0):
-    """Run the search: run_round(round_no, [(a, b)]) -> [{"nodes": [a, b], "busbw_gbps", "error", "evidence"}] runs
-    one round's pairs (in parallel) and answers each; a pair it does not answer is recorded as an error.
-    Returns the judge's input with the rounds run: {"pairs", "leaves", "rounds"}. ValueError (every bad leaf name)
-    before any round."""
+def start(leaves, seed=0):
+    """The search before any round: {"pairs": [], "leaves", "rounds": 0, "plan": round 1's pairs}. ValueError (every
+    bad leaf name) before any round."""
     errors = leaf_errors(leaves)
     if errors:
         raise ValueError("; ".join(errors))
     leaves = dict((node, leaf or None) for node, leaf in leaves.items())
-    result = {"pairs": [], "leaves": leaves, "rounds": 0}
-    plan = first_round(leaves, seed)
-    while plan and result["rounds"] < max_rounds:
-        result["rounds"] += 1
-        answers = dict((tuple(a["nodes"]), a) for a in run_round(result["rounds"], plan) or [])
-        for a, b in plan:
-            answer = answers.get((a, b)) or {"error": "the pair test gave no answer", "busbw_gbps": None}
-            result["pairs"].append({"nodes": [a, b], "round": result["rounds"], "busbw_gbps": answer.get("busbw_gbps"),
-                                    "error": answer.get("error"), "evidence": list(answer.get("evidence") or [])})
-        plan = next_round(result, t)
+    return {"pairs": [], "leaves": leaves, "rounds": 0, "plan": [list(p) for p in first_round(leaves, seed)]}
+
+
+def record(result, answers, t, max_rounds=4):
+    """Record the answers to result["plan"] as the next round, then plan the one after (result["plan"]: [] when the
+    search is done). answers: [{"nodes": [a, b], "busbw_gbps", "error", "evidence"}]; a planned pair without an
+    answer is recorded as an error (never evidence against anyone)."""
+    by_pair = dict((tuple(a["nodes"]), a) for a in answers or [])
+    result["rounds"] += 1
+    for a, b in result["plan"]:
+        answer = by_pair.get((a, b)) or {"error": "the pair test gave no answer", "busbw_gbps": None}
+        result["pairs"].append({"nodes": [a, b], "round": result["rounds"], "busbw_gbps": answer.get("busbw_gbps"),
+                                "error": answer.get("error"), "evidence": list(answer.get("evidence") or [])})
+    result["plan"] = [list(p) for p in next_round(result, t)] if result["rounds"] < max_rounds else []
+    return result
+
+
+def search(leaves, run_round, t, max_rounds=4, seed=0):
+    """Run the search in-process: run_round(round_no, [(a, b)]) -> [{"nodes": [a, b], "busbw_gbps", "error",
+    "evidence"}] runs one round's pairs (in parallel) and answers each (the playbook runs the same steps, start and
+    record, one task each). Returns the judge's input with the rounds run: {"pairs", "leaves", "rounds", "plan"}."""
+    result = start(leaves, seed)
+    while result["plan"]:
+        record(result, run_round(result["rounds"] + 1, [tuple(p) for p in result["plan"]]), t, max_rounds)
     return result

@@ -152,6 +152,9 @@ def node_record(node, hv, run_ts, playbook):
 
 
 def run_record(doc):
+    # A fabric search's figures per link: pairs that gave one (slow or not); an error measured nothing.
+    links = [{"a": min(p["nodes"]), "b": max(p["nodes"]), "busbw_gbps": p["busbw_gbps"]}
+             for p in (doc.get("fabric") or {}).get("pairs") or [] if p["status"] != "error"]
     return {"run_id": doc["run_id"], "playbook": doc.get("playbook"), "started": doc.get("started"),
             "finished": doc.get("finished"), "ts": parse_time(doc.get("finished")) or parse_time(doc.get("started")),
-            "verdict": doc["summary"]["verdict"], "interrupted": bool(doc.get("interrupted"))}
+            "verdict": doc["summary"]["verdict"], "interrupted": bool(doc.get("interrupted")), "fabric_links": links}

@@ -9,7 +9,9 @@ never lost for it.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
+from statistics import median
 
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.records import run_record
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, default_path
@@ -55,6 +57,24 @@ class HistoryStep:
         finally:
             if history is not None:
                 history.close()
+
+    def link_history(self, search, now=None):
+        """{"a|b": {"median_gbps", "runs"}}: each link of a fabric search (a < b) with its figures in earlier runs,
+        for judge_fabric's FABRIC_LINK_DEGRADED. {} without a history; one that cannot be read is said by judge()."""
+        if not self.enabled or not self.path or not os.path.exists(self.path):
+            return {}
+        links = sorted(set(tuple(sorted(p["nodes"])) for p in search.get("pairs") or []
+                           if isinstance(p, dict) and isinstance(p.get("nodes"), list) and len(p["nodes"]) == 2))
+        out = {}
+        try:
+            with History(self.path, readonly=False) as history:
+                for a, b in links:
+                    figures = history.link_figures(a, b, before_ts=now or time.time())
+                    if figures:
+                        out["%s|%s" % (a, b)] = {"median_gbps": median(figures), "runs": len(figures)}
+        except (HistoryError, sqlite3.Error):
+            return {}  # the judge step says what is wrong with the history; the report never waits on it
+        return out
 
     def record(self, doc):
         """Write this run into the history (one transaction), then drop runs older than the retention. Never into a

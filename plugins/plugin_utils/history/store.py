@@ -103,6 +103,12 @@ MIGRATIONS = (
                             gpu TEXT, evidence TEXT, actor TEXT NOT NULL);
     CREATE INDEX lifecycle_host_ts ON lifecycle (host, ts);
     """,
+    # 5: the fabric search's pair figures per link (a, b: the two nodes' names, a < b), for each link's own median
+    """
+    CREATE TABLE fabric_links (run INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, a TEXT NOT NULL,
+                               b TEXT NOT NULL, ts REAL NOT NULL, busbw_gbps REAL NOT NULL);
+    CREATE INDEX fabric_links_link_ts ON fabric_links (a, b, ts);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 # The runs that watch nodes in production: their time is the checkpoint plan's GPU-hours, their XIDs its interruptions.
@@ -385,7 +391,8 @@ class History:
         return out
 
     def record(self, run, nodes):
-        """Write one run: run = {run_id, playbook, started, finished, ts, verdict, interrupted}; nodes = [{host, ts,
+        """Write one run: run = {run_id, playbook, started, finished, ts, verdict, interrupted, fabric_links: [{a, b,
+        busbw_gbps}] (a fabric search's figures)}; nodes = [{host, ts,
         <NODE_COLUMNS>, gpus: [{uuid, serial, pci, idx, name, ts, verdict, <GPU_COLUMNS>}], xids: [{pci, xid, ts,
         severity, digest}], baselines: [{metric, detail, gpu_pci or None, value}], doc: dict or None}].
         A run already recorded (same run_id) is replaced. Returns the number of GPU rows written."""
@@ -397,6 +404,9 @@ class History:
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (run["run_id"], run.get("playbook"), run.get("started"), run.get("finished"), run["ts"],
                  run.get("verdict"), len(nodes), 1 if run.get("interrupted") else 0, time.time())).lastrowid
+            self.db.executemany("INSERT INTO fabric_links (run, a, b, ts, busbw_gbps) VALUES (?, ?, ?, ?, ?)",
+                                [(run_pk, link["a"], link["b"], run["ts"], float(link["busbw_gbps"]))
+                                 for link in run.get("fabric_links") or []])
             for node in nodes:
                 host_id = self._host_id(node["host"])
                 values = [_cell(node.get(c)) for c in NODE_COLUMNS]
@@ -437,6 +447,13 @@ class History:
                     self.db.execute("INSERT INTO node_docs (node_run, doc) VALUES (?, ?)", (
                         node_pk, zlib.compress(json.dumps(node["doc"], sort_keys=True).encode("utf-8"), 6)))
         return gpu_rows
+
+    def link_figures(self, a, b, before_ts=None, limit=20):
+        """The latest `limit` figures (GB/s) of the link between nodes a and b, newest first, before before_ts."""
+        a, b = sorted((a, b))
+        return [r[0] for r in self.db.execute(
+            "SELECT busbw_gbps FROM fabric_links WHERE a = ? AND b = ? AND ts < ? ORDER BY ts DESC LIMIT ?",
+            (a, b, before_ts if before_ts is not None else float("inf"), limit))]
 
     def _known_gpu(self, host_id, event):
         if not event.get("pci"):

@@ -87,3 +87,17 @@ def test_the_margin_is_the_inventory_s():
     assert judge_fabric.analyse({"pairs": pairs}, T)["status"] == ["pass"]
     tight = dict(T, gpufleet_fabric_slow_margin=0.05)
     assert judge_fabric.analyse({"pairs": pairs}, tight)["status"] == ["slow"]
+
+
+def test_findings_sit_on_the_rows_of_the_nodes_they_name_and_never_on_a_proven_node():
+    t = complete({"gpufleet_fabric_pair_busbw_gbps": 46.0})
+    result = {"leaves": {"a": None, "b": None, "c": None, "d": None, "e": None},
+              "pairs": [{"nodes": ["a", "b"], "round": 1, "busbw_gbps": 20.0, "error": None},
+                        {"nodes": ["c", "d"], "round": 1, "busbw_gbps": 46.0, "error": None},
+                        {"nodes": ["e", "c"], "round": 1, "busbw_gbps": None, "error": "rc=1: ssh"},
+                        {"nodes": ["a", "c"], "round": 2, "busbw_gbps": 21.0, "error": None},
+                        {"nodes": ["b", "d"], "round": 2, "busbw_gbps": 45.0, "error": None},
+                        {"nodes": ["a", "d"], "round": 3, "busbw_gbps": 22.0, "error": None}]}
+    placed = dict((f["code"] + ":" + ",".join(sorted(f["message"].split(":")[0].split(" ")[-3:])), subjects)
+                  for subjects, f in judge_fabric.attributed(result, t))
+    assert placed == {"FABRIC_NODE_SLOW:a": ["a"], "FABRIC_PAIR_ERROR:<->,c,e": ["e"]}

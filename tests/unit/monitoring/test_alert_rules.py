@@ -80,7 +80,7 @@ def test_the_xid_alerts_select_on_the_watcher_s_severity_never_on_codes(tmp_path
 @needs_promtool
 def test_promtool_check_rules_is_clean():
     res = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True)
-    assert res.returncode == 0 and "SUCCESS: 21 rules found" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "SUCCESS: 25 rules found" in res.stdout, res.stdout + res.stderr
 
 
 @needs_promtool
@@ -99,7 +99,8 @@ def test_every_alert_has_severity_summary_and_runbook_section():
                      "GpuEccRateAccelerating", "GpuThermalViolation", "GpuRowRemapFailure", "GpuRemapBanksExhausting",
                      "NvmeWearHigh", "CheckpointStorageReadOnly", "CheckpointStorageFull", "GpufleetWatcherStale",
                      "NodeExporterTextfileError", "FabricManagerDown", "GpuFabricIncomplete", "GpuNvlinkDown",
-                     "GpuNvlinkErrorsRising"}
+                     "GpuNvlinkErrorsRising", "InfinibandPortDown", "InfinibandPortRateLow", "InfinibandPortFlapping",
+                     "InfinibandErrorsRising"}
 
 
 @needs_promtool
@@ -406,4 +407,46 @@ def test_watcher_stale_and_textfile_error(tmp_path):
                                             series("node_textfile_scrape_error", {"instance": "n3:9100"}, "0x8")],
          "alert_rule_test": [silent("NodeExporterTextfileError", "4m"),
                              alert("NodeExporterTextfileError", "6m", dict(NODE, severity="warning"))]},
+    ])
+
+
+@needs_promtool
+def test_infiniband_port_down_rate_low_flapping_and_errors(tmp_path):
+    port = {"hca": "mlx5_0", "port": "1"}
+    labels = dict(NODE, **port)
+    run_promtool(tmp_path, without_annotations(), [
+        # Down for 2 minutes pages; up again is silent.
+        {"interval": "1m", "input_series": [
+            series("gpufleet_ib_port_up", dict(port, state="ACTIVE", phys_state="LinkUp"), "1x3 _x10"),
+            series("gpufleet_ib_port_up", dict(port, state="DOWN", phys_state="Polling"), "_x3 0x10")],
+         "alert_rule_test": [silent("InfinibandPortDown", "3m"), silent("InfinibandPortDown", "4m"),
+                             alert("InfinibandPortDown", "7m", dict(labels, severity="critical", state="DOWN",
+                                                                      phys_state="Polling"))]},
+        # Trained at 200 of 400 Gb/s; a port at its rate is silent.
+        {"interval": "1m", "input_series": [
+            series("gpufleet_ib_port_rate_gbps", port, "200x10"),
+            series("gpufleet_ib_port_expected_rate_gbps", port, "400x10"),
+            series("gpufleet_ib_port_rate_gbps", {"hca": "mlx5_1", "port": "1"}, "400x10"),
+            series("gpufleet_ib_port_expected_rate_gbps", {"hca": "mlx5_1", "port": "1"}, "400x10")],
+         # on(): the alert keeps the port's identity, not the scrape job.
+         "alert_rule_test": [silent("InfinibandPortRateLow", "3m"),
+                             alert("InfinibandPortRateLow", "8m", {"instance": "n1:9100", "severity": "warning",
+                                                                   **port})]},
+        # The health timer reads every 5 minutes (the shipped rules' default). mlx5_0 goes down twice between two
+        # reads: it pages. mlx5_2 goes down once in each of two intervals, and mlx5_1's counter is reset by a reboot:
+        # neither pages.
+        {"interval": "5m", "input_series": [
+            series("gpufleet_ib_port_link_downed_total", port, "0 0 2 2 2 2"),
+            series("gpufleet_ib_port_link_downed_total", {"hca": "mlx5_2", "port": "1"}, "0 1 2 2 2 2"),
+            series("gpufleet_ib_port_link_downed_total", {"hca": "mlx5_1", "port": "1"}, "7 0 0 0 0 0")],
+         "alert_rule_test": [silent("InfinibandPortFlapping", "5m"),
+                             alert("InfinibandPortFlapping", "10m", dict(labels, severity="critical")),
+                             silent("InfinibandPortFlapping", "20m")]},
+        # Symbol errors rising warn; a counter that stands still is silent.
+        {"interval": "1m", "input_series": [
+            series("gpufleet_ib_port_errors_total", dict(port, counter="symbol_error"), "3x5 3+2x10"),
+            series("gpufleet_ib_port_errors_total", dict(port, counter="port_rcv_errors"), "5x15")],
+         "alert_rule_test": [silent("InfinibandErrorsRising", "4m"),
+                             alert("InfinibandErrorsRising", "10m", dict(labels, severity="warning",
+                                                                         counter="symbol_error"))]},
     ])

@@ -112,3 +112,34 @@ def test_an_unwritable_metrics_directory_fails_the_run(tmp_path):
     res, prom, _node = run_health(tmp_path, "healthy_h100", metrics_directory=str(tmp_path / "nope"))
     assert res.returncode == 1
     assert "cannot write" in res.stderr
+
+
+IB_FIXTURES = REPO / "tests" / "fixtures" / "ib" / "sysfs"
+
+
+def test_infiniband_ports_state_rate_width_and_counters_from_sysfs(tmp_path):
+    res, prom, _node = run_health(tmp_path, "healthy_h100", infiniband_root=str(IB_FIXTURES / "degraded"),
+                                  ib_expected_rate_gbps=400)
+    assert res.returncode == 0, res.stderr
+    m = read_metrics(prom)
+    assert value(m, "gpufleet_ib_port_up", hca="mlx5_0", port="1", state="ACTIVE", phys_state="LinkUp") == 1
+    assert value(m, "gpufleet_ib_port_up", hca="mlx5_1", port="1", state="DOWN", phys_state="Polling") == 0
+    assert value(m, "gpufleet_ib_port_rate_gbps", hca="mlx5_0", port="1") == 200
+    assert value(m, "gpufleet_ib_port_width_lanes", hca="mlx5_0", port="1") == 2
+    assert value(m, "gpufleet_ib_port_expected_rate_gbps", hca="mlx5_0", port="1") == 400
+    assert value(m, "gpufleet_ib_port_link_downed_total", hca="mlx5_1", port="1") == 4
+    assert value(m, "gpufleet_ib_port_errors_total", hca="mlx5_1", port="1", counter="symbol_error") is not None
+    assert value(m, "gpufleet_health_collector_up", collector="infiniband") == 1
+    # An HCA that answers no performance query: its counters are unknown, never zeros.
+    res, prom, _node = run_health(tmp_path, "healthy_h100", infiniband_root=str(IB_FIXTURES / "no_pma_old_kernel"))
+    m = read_metrics(prom)
+    assert total(m, "gpufleet_ib_port_errors_total") == 0 and not [k for k in m if k[0].endswith("_total")
+                                                                    and k[0].startswith("gpufleet_ib_")]
+    assert value(m, "gpufleet_ib_port_expected_rate_gbps") is None
+
+
+def test_a_node_without_infiniband_writes_no_infiniband_series(tmp_path):
+    res, prom, _node = run_health(tmp_path, "healthy_h100", infiniband_root=str(tmp_path / "no-such-dir"))
+    m = read_metrics(prom)
+    assert res.returncode == 0 and not [k for k in m if k[0].startswith("gpufleet_ib_")]
+    assert value(m, "gpufleet_health_collector_up", collector="infiniband") is None

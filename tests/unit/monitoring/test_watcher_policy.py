@@ -3,6 +3,7 @@ gpufleet_xid_severity_overrides (the fleet report's variable), and the severity 
 report's XID judge fails (critical) or warns (warning, unknown) about. On main the role read another variable
 (gpu_monitoring_severity_overrides), so a site's override changed the report but never the watcher or the alerts."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,13 @@ def test_the_watcher_labels_each_xid_with_the_report_s_severity(tmp_path, invent
         {k for k, v in report.items() if v == "warn"}, (labels, report)
     assert labels[("0000:18:00", "145")] == "warning" and labels[("0000:2a:00", "145")] == "critical"
     assert labels[("0000:3a:00", "13")] == ("critical" if inventory else "warning")
+
+
+@pytest.mark.parametrize("rate", [None, 400], ids=["unset", "ndr"])
+def test_the_role_s_expected_infiniband_rate_reaches_the_health_collector(tmp_path, rate):
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_watcher import load_config
+
+    cfg = role_config({} if rate is None else {"gpu_monitoring_ib_expected_rate_gbps": rate})
+    path = tmp_path / "monitoring.json"
+    path.write_text(json.dumps(cfg))
+    assert load_config(str(path))["ib_expected_rate_gbps"] == rate

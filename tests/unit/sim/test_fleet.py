@@ -69,7 +69,8 @@ def test_default_inventory_wires_nine_scenarios():
     assert gv["ansible_connection"] == "local"
     assert gv["gpufleet_psu_rails"] == {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]}
     assert set(gv["gpufleet_environment"]) == {"PATH", "GPUFLEET_SIM_SCENARIO", "GPUFLEET_SIM_STATE",
-                                               "GPUFLEET_SIM_NODE", "GPUFLEET_SIM_TIME_SCALE", "PYTHONPATH"}
+                                               "GPUFLEET_SIM_NODE", "GPUFLEET_SIM_TIME_SCALE", "PYTHONPATH",
+                                               "GPUFLEET_SIM_FABRIC"}
     assert gv["gpufleet_environment"]["PATH"].startswith("{{ gpufleet_sim_root }}/bin:")
     assert "gpufleet_sim_root ~ '/site'" in gv["gpufleet_environment"]["PYTHONPATH"]  # the simulated drive
 

@@ -1,0 +1,103 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+
+# The work happens in the action plugin of the same name (plugins/action/fabric_search.py) on the controller; this
+# file carries the documentation and the argument_spec the action validates against.
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: fabric_search
+short_description: Plan the rounds of a fabric search and record each round's pair tests
+description:
+  - Runs on the controller (an action plugin), one step per call; playbooks/fabric.yml calls it before round 1 and
+    after every round.
+  - Without O(search) it starts a search over O(hosts) - their leaf switches (C(gpufleet_fabric_leaf)), the names
+    mpirun reaches them by (C(gpufleet_fabric_mpi_host), default the inventory name), their ranks
+    (C(gpufleet_fabric_ranks_per_node), default 8), the pair tests' timeout (C(gpufleet_fabric_pair_timeout_s),
+    default 300), and the settings that must be the same on every host of one search (the fabric thresholds
+    in docs/rules.md, C(gpufleet_fabric_max_rounds), default 4, and C(gpufleet_fabric_seed), default 0) - and
+    returns round 1's plan.
+  - With O(search) it records the answers of the round just run (O(launched) and O(finished), the registered loop
+    results of the launch and of its async_status) and returns the next round's plan; an empty RV(plan) ends the
+    search. A pair whose test could not run (unreachable, a timeout, mpirun unable to reach the partner) is an error,
+    never evidence against either node.
+  - Who is accused is judge_fabric's decision (the fleet report's fabric section); the plan follows the same rule.
+version_added: "0.2.0"
+author: kentino.gpufleet contributors
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+  - kentino.gpufleet.action_plugin
+attributes:
+  check_mode:
+    support: full
+    details: Planning runs nothing on the nodes.
+  platform:
+    details: Runs on the controller; it reads the nodes' variables from hostvars.
+options:
+  hosts:
+    description: The nodes of the search (at least two).
+    type: list
+    elements: str
+    required: true
+  search:
+    description: The search so far (RV(search) of the previous call); omit to start.
+    type: dict
+  launched:
+    description: The launch task's registered loop results of the round just run.
+    type: list
+    elements: dict
+    default: []
+  finished:
+    description: The async_status task's registered loop results of the round just run.
+    type: list
+    elements: dict
+    default: []
+"""
+
+EXAMPLES = r"""
+- name: Plan round 1
+  kentino.gpufleet.fabric_search:
+    hosts: "{{ groups['gpufleet_nodes'] }}"
+  register: gpufleet_fabric
+"""
+
+RETURN = r"""
+search:
+  description: The search so far (C(pairs), C(leaves), C(rounds), C(plan), C(thresholds)); the fleet report's input.
+  returned: always
+  type: dict
+plan:
+  description: The next round's pair tests C({nodes, launch_from, mpi_hosts, np, timeout_s}); empty when the search is done.
+  returned: always
+  type: list
+  elements: dict
+round:
+  description: The number of the next round.
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+ARGUMENT_SPEC = dict(
+    hosts=dict(type="list", elements="str", required=True),
+    search=dict(type="dict"),
+    launched=dict(type="list", elements="dict", default=[]),
+    finished=dict(type="list", elements="dict", default=[]),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.fail_json(msg="kentino.gpufleet.fabric_search runs as an action plugin on the controller; this module file "
+                         "only documents it. Call it as a task (not with ansible -m on a node).")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright: kentino.gpufleet contributors; Apache-2.0
+"""One pair test of the fabric search as the playbook runs it (controller side): the launch of a planned pair
+(who launches, mpirun's -H) and its answer read from the task's result (kentino.gpufleet.nccl_test under mpirun,
+launched asynchronously from the pair's first node and polled with async_status).
+
+An answer is {"nodes": [a, b], "busbw_gbps": float or None, "error": str or None, "evidence": [lines]}: a figure
+only when the test ran to its end with result rows and no failure line; anything else (unreachable, a hang killed
+by the timeout, mpirun unable to reach the partner, NCCL's remote error) is an error naming what happened, which
+judge_fabric never counts against either node.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A host name that reaches mpirun's -H: a DNS name or an address, nothing a shell or mpirun would read as syntax.
+MPI_HOST = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z")
+EVIDENCE_LINES = 6
+
+
+def host_errors(mpi_hosts, slots, timeouts):
+    """Messages for every host whose mpirun name (gpufleet_fabric_mpi_host), rank count or timeout is not valid."""
+    out = ["host %s: gpufleet_fabric_mpi_host=%r is not a host name or address mpirun can use (letters, digits, . "
+           "and -): fix it in host_vars/group_vars" % (h, name) for h, name in sorted(mpi_hosts.items())
+           if not (isinstance(name, str) and MPI_HOST.match(name))]
+    out += ["host %s: gpufleet_fabric_ranks_per_node=%r must be a whole number from 1 to 64 (one rank a GPU)" % (
+        h, n) for h, n in sorted(slots.items()) if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64]
+    out += ["host %s: gpufleet_fabric_pair_timeout_s=%r must be a whole number of seconds from 10 to 86400" % (h, n)
+            for h, n in sorted(timeouts.items()) if isinstance(n, bool) or not isinstance(n, int)
+            or not 10 <= n <= 86400]
+    return out
+
+
+def launch(pair, mpi_hosts, slots, timeouts):
+    """{"nodes", "launch_from", "mpi_hosts", "np", "timeout_s"} of one planned pair: run from its first node (with
+    its timeout), every rank of both."""
+    a, b = pair
+    return {"nodes": [a, b], "launch_from": a, "np": slots[a] + slots[b], "timeout_s": timeouts[a],
+            "mpi_hosts": "%s:%d,%s:%d" % (mpi_hosts[a], slots[a], mpi_hosts[b], slots[b])}
+
+
+def _tail(lines):
+    return [str(line)[:300] for line in (lines or []) if str(line).strip()][-EVIDENCE_LINES:]
+
+
+def answer(nodes, result):
+    """The answer to one pair from its task result (async_status's, or the launch's when it never started)."""
+    a, b = nodes
+    result = result if isinstance(result, dict) else {}
+    tool = result.get("tool") if isinstance(result.get("tool"), dict) else {}
+    argv = " ".join(str(x) for x in tool.get("argv") or [])
+    evidence = (["on %s: %s" % (a, argv)] if argv else [])
+    if result.get("unreachable"):
+        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail([result.get("msg")]),
+                "error": "%s, the node that launches the test, is unreachable: %s" % (
+                    a, str(result.get("msg") or "no message").strip().splitlines()[0][:200])}
+    if tool.get("timed_out"):
+        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(result.get("output_tail")),
+                "error": "the test did not finish within its timeout (%ss): a hung collective or a partner that "
+                         "stopped answering; its processes were killed" % tool.get("duration_s")}
+    figure = result.get("peak_busbw_gbps")
+    failures = list(result.get("failures") or [])
+    if result.get("failed") or tool.get("error") or failures or tool.get("rc") not in (0, None) \
+            or not isinstance(figure, (int, float)) or isinstance(figure, bool):
+        # What the tools said first: a failure line, else what mpirun printed (ssh, Open MPI), else the judge's words.
+        unparsed = (result.get("unparsed") or {}).get("samples") or []
+        said = failures or [u for u in unparsed if str(u).strip("- \t")] or list(result.get("reasons") or []) \
+            or [result.get("msg") or tool.get("error")]
+        first = next((str(s) for s in said if s), "no bus bandwidth figure")
+        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(failures + unparsed),
+                "error": "rc=%s: %s" % (tool.get("rc"), first.strip().splitlines()[0][:200])}
+    return {"nodes": [a, b], "busbw_gbps": float(figure), "error": None,
+            "evidence": evidence + _tail(result.get("evidence"))}
+
+
+def answers(launched, finished):
+    """The answers to one round: launched are the launch task's loop results (item: the launch), finished the
+    async_status loop's (item: a launched result). A pair that never started answers from its launch."""
+    out = {}
+    for r in launched or []:
+        item = r.get("item") if isinstance(r, dict) else None
+        if isinstance(item, dict) and not r.get("ansible_job_id"):
+            out[tuple(item["nodes"])] = answer(item["nodes"], r)
+    for r in finished or []:
+        item = (r.get("item") or {}).get("item") if isinstance(r, dict) else None
+        if isinstance(item, dict):
+            out[tuple(item["nodes"])] = answer(item["nodes"], r)
+    return list(out.values())

@@ -1,0 +1,83 @@
+"""The fabric search as a user runs it (ansible-playbook playbooks/fabric.yml) on a small simulated fleet with a
+fabric: ten nodes on two leaf switches, one with a slow NIC rail, one that SSH cannot reach from its partners, one
+whose pair tests hang. The slow node is found and named on its row with its action; no healthy node is accused; the
+unreachable and the hung pairs are errors that accuse nobody."""
+
+import json
+
+import pytest
+from helpers.playbook_runner import REPO, codes, nodes_by_host, run_playbook
+
+pytestmark = pytest.mark.slow
+
+NODES = ["fab%02d" % i for i in range(1, 11)]
+LEAVES = {"leaf-1": NODES[:5], "leaf-2": NODES[5:]}
+SLOW, DOWN, HUNG = "fab03", "fab07", "fab09"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    inv = tmp_path_factory.mktemp("fabric-inventory")
+    fabric = inv.parent / ("%s-fabric.json" % inv.name)
+    fabric.write_text(json.dumps({"seed": 3, "leaves": LEAVES, "down": [DOWN], "hung": [HUNG],
+                                  "faults": [{"kind": "slow_nic", "node": SLOW, "rail": 5, "factor": 0.5}]}))
+    lines = ["gpufleet_nodes:", "  children:", "    gpufleet_sim:", "gpufleet_sim:", "  vars:",
+             "    gpufleet_sim_scenario: healthy_h100", "    gpufleet_sim_fabric: %s" % fabric,
+             "    gpufleet_fabric_pair_busbw_gbps: 46.0", "    gpufleet_fabric_pair_timeout_s: 10", "  children:"]
+    for leaf, nodes in LEAVES.items():
+        lines += ["    %s:" % leaf.replace("-", "_"), "      vars: {gpufleet_fabric_leaf: %s}" % leaf, "      hosts:"]
+        lines += ["        %s:" % n for n in nodes]
+    (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
+    (inv / "group_vars").symlink_to(REPO / "inventories" / "sim" / "group_vars")
+    root = tmp_path_factory.mktemp("fabric-run")
+    rc, output, report = run_playbook("fabric", root, inventory=str(inv), extra={"gpufleet_sim_time_scale": 0.001},
+                                      timeout=300)
+    assert report is not None, output[-4000:]
+    return rc, output, report, root / "reports" / "latest"
+
+
+def test_the_slow_node_is_found_with_its_evidence_and_action(run):
+    rc, output, report, _dir = run
+    assert rc != 0 and "FAILED" in output
+    nodes = nodes_by_host(report)
+    assert nodes[SLOW]["verdict"] == "fail" and codes(nodes[SLOW]) == {"FABRIC_NODE_SLOW"}
+    assert nodes[SLOW]["worst"]["action"].startswith("on %s check the NIC rails, their cables to leaf leaf-1" % SLOW)
+    culprit = [f for f in report["fabric"]["findings"] if f["code"] == "FABRIC_NODE_SLOW"]
+    assert [f["nodes"] for f in culprit] == [[SLOW]]
+    assert len(culprit[0]["evidence"]) >= 2 and all(" slow" in line for line in culprit[0]["evidence"])
+
+
+def test_no_healthy_node_is_accused(run):
+    _rc, _output, report, _dir = run
+    nodes = nodes_by_host(report)
+    assert [h for h, n in nodes.items() if n["verdict"] == "fail"] == [SLOW]
+    healthy = set(NODES) - {SLOW, DOWN, HUNG}
+    assert {h: nodes[h]["verdict"] for h in healthy} == dict.fromkeys(healthy, "pass")
+    assert all(nodes[h]["checks"]["fabric"]["figures"]["passed"] >= 1 for h in healthy)
+
+
+def test_a_pair_whose_partner_is_unreachable_is_an_error_that_accuses_nobody(run):
+    _rc, _output, report, _dir = run
+    nodes = nodes_by_host(report)
+    assert nodes[DOWN]["verdict"] == "error" and codes(nodes[DOWN]) == {"FABRIC_PAIR_ERROR"}
+    errors = [f for f in report["fabric"]["findings"] if f["code"] == "FABRIC_PAIR_ERROR" and DOWN in f["nodes"]]
+    assert errors and all("neither node is accused" in f["message"] for f in errors)
+    assert any("ssh: connect to host %s port 22: No route to host" % DOWN in f["evidence"] for f in errors)
+
+
+def test_a_pair_test_that_hangs_is_killed_at_its_timeout_and_is_an_error(run):
+    _rc, _output, report, _dir = run
+    nodes = nodes_by_host(report)
+    assert nodes[HUNG]["verdict"] == "error" and codes(nodes[HUNG]) == {"FABRIC_PAIR_ERROR"}
+    hung = [p for p in report["fabric"]["pairs"] if HUNG in p["nodes"]]
+    assert hung and all(p["status"] == "error" and "did not finish within its timeout" in p["error"] for p in hung)
+
+
+def test_the_report_files_show_the_fabric_section(run):
+    _rc, _output, report, latest = run
+    assert report["summary"]["gate"]["failed"] and report["fabric"]["verdict"] == "fail"
+    assert {p["status"] for p in report["fabric"]["pairs"]} == {"pass", "slow", "error"}
+    md = (latest / "report.md").read_text()
+    assert "## Fabric: FAIL" in md and "`FABRIC_NODE_SLOW`: %s: slow with" % SLOW in md
+    html = (latest / "report.html").read_text()
+    assert '<section id="fabric">' in html and 'class="checks matrix"' in html and "FABRIC_NODE_SLOW" in html

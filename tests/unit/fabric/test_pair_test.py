@@ -1,0 +1,54 @@
+"""A pair test's answer from its task result: a figure only from a test that ran to its end; every other outcome
+(unreachable, a hang killed by the timeout, mpirun unable to reach the partner) an error naming what happened."""
+
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.fabric import pair_test
+
+NODES = ["n1", "n2"]
+TOOL = {"argv": ["mpirun", "-np", "16", "-H", "n1:8,n2:8", "all_reduce_perf"], "rc": 0, "timed_out": False,
+        "duration_s": 3.0, "error": None}
+
+
+def test_a_test_that_ran_gives_its_figure():
+    got = pair_test.answer(NODES, {"tool": TOOL, "peak_busbw_gbps": 45.2, "failures": [], "evidence": ["row"]})
+    assert got["busbw_gbps"] == 45.2 and got["error"] is None
+
+
+def test_an_unreachable_launching_node_is_an_error_naming_it():
+    got = pair_test.answer(NODES, {"unreachable": True, "msg": "Failed to connect to the host via ssh: No route"})
+    assert got["busbw_gbps"] is None
+    assert got["error"].startswith("n1, the node that launches the test, is unreachable: Failed to connect")
+
+
+def test_a_hung_test_killed_at_its_timeout_is_an_error():
+    got = pair_test.answer(NODES, {"tool": dict(TOOL, timed_out=True, rc=None, duration_s=10.0),
+                                   "output_tail": ["#  size  count"]})
+    assert got["busbw_gbps"] is None and "did not finish within its timeout (10.0s)" in got["error"]
+
+
+def test_mpirun_unable_to_reach_the_partner_is_an_error_with_its_own_words():
+    got = pair_test.answer(NODES, {"tool": dict(TOOL, rc=1), "failures": [], "reasons": ["no result rows"],
+                                   "unparsed": {"count": 3, "samples": [
+                                       "ssh: connect to host n2 port 22: No route to host", "-" * 74,
+                                       "ORTE was unable to reliably start one or more daemons."]}})
+    assert got["error"] == "rc=1: ssh: connect to host n2 port 22: No route to host"
+    assert "ORTE was unable to reliably start one or more daemons." in got["evidence"]
+
+
+def test_a_figure_with_a_failure_line_is_no_figure():
+    got = pair_test.answer(NODES, {"tool": dict(TOOL, rc=1), "peak_busbw_gbps": 45.0,
+                                   "failures": ["n1: Test NCCL failure common.cu:1006 'remote process exited'"]})
+    assert got["busbw_gbps"] is None and "Test NCCL failure" in got["error"]
+
+
+def test_answers_join_launches_and_polls_by_the_pair_never_by_position():
+    plan = [{"nodes": ["n1", "n2"], "launch_from": "n1"}, {"nodes": ["n3", "n4"], "launch_from": "n3"}]
+    launched = [{"item": plan[0], "ansible_job_id": "j1"}, {"item": plan[1], "unreachable": True, "msg": "gone"}]
+    finished = [{"item": launched[0], "tool": TOOL, "peak_busbw_gbps": 44.0, "failures": []}]
+    got = dict((tuple(a["nodes"]), a) for a in pair_test.answers(launched, finished))
+    assert got[("n1", "n2")]["busbw_gbps"] == 44.0 and "unreachable" in got[("n3", "n4")]["error"]
+
+
+def test_bad_mpirun_names_ranks_and_timeouts_are_refused_naming_the_host():
+    errors = pair_test.host_errors({"n1": "n1", "n2": "n2;reboot"}, {"n1": 8, "n2": 0}, {"n1": 5, "n2": 60})
+    assert [e.split(":")[0] for e in errors] == ["host n2", "host n2", "host n1"]
+    assert "gpufleet_fabric_mpi_host='n2;reboot'" in errors[0]
