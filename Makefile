@@ -77,19 +77,11 @@ integration: venv
 test-fleet: system-deps venv
 	$(BIN)/pytest -q -n $(FLEET_WORKERS) --dist loadgroup --durations=15 -m fleet tests/fleet
 
-# The suites in order, the fast ones first so that a failure shows in minutes; every suite runs (one CI run shows
-# every failure), each one's time is printed, and the table of all of them at the end (tests/output/suite-times.txt).
-SUITES := sanity test-min lint unit integration test-fleet
-TIMES := tests/output/suite-times.txt
-test: system-deps venv
-	@mkdir -p tests/output; rm -f $(TIMES); total0=$$(date +%s); \
-	for s in $(SUITES); do \
-	  t0=$$(date +%s); $(MAKE) --no-print-directory $$s; rc=$$?; \
-	  printf '%-12s %5d s%s\n' $$s $$(( $$(date +%s) - t0 )) "$$( [ $$rc = 0 ] || echo '  FAILED')" >> $(TIMES); \
-	  echo "== suite $$s: $$(( $$(date +%s) - t0 )) s, rc $$rc"; \
-	done; \
-	printf '%-12s %5d s\n' total $$(( $$(date +%s) - total0 )) >> $(TIMES); \
-	echo "== suite times"; cat $(TIMES); ! grep -q FAILED $(TIMES)
+# The fast suites first, one after another, so that a failure shows in minutes; then the unit and integration suites
+# beside the fleet's (which mostly waits on its nodes). Every suite runs; the table of their times is printed at the
+# end (tests/output/suite-times.txt, each suite's output in tests/output/<suite>.log).
+test: system-deps venv torch-venv min-venv
+	hack/run-suites "sanity test-min lint" "unit integration" "test-fleet"
 
 # The timing-sensitive suites with a CPU hog beside them (stress-ng, 2 workers per core): no verdict may depend on the
 # machine's load. Elastic restarts, the post-mortem on real jobs, the CLI's live view, the XID watcher and the
