@@ -193,7 +193,7 @@ def test_a_reboot_clears_lost_gpus_but_counters_continue(tmp_path, kern):
         m = w.metrics()
         assert value(m, "gpufleet_gpu_lost", pci="0000:c1:00") == 0
         assert value(m, "gpufleet_xid_events_total", xid="79") == 1
-        assert "rebooted since the last run" in w.log()
+        w.wait_for_log("rebooted since the last run")
         append(kern, syslog_line(XID79.format(bus="c1")))  # lost again in the new boot: a new event
         m = w.wait_for(lambda m: value(m, "gpufleet_gpu_lost", pci="0000:c1:00") == 1)
         assert value(m, "gpufleet_xid_events_total", xid="79") == 2
@@ -231,7 +231,7 @@ def test_a_log_file_that_appears_later_is_followed(tmp_path):
     w = WatcherProc(tmp_path / "w", source="file", log_file=str(late))
     try:
         w.start()
-        assert "cannot open" in w.log()
+        w.wait_for_log("cannot open")
         append(late, syslog_line(XID79.format(bus="c1")))
         w.wait_for(lambda m: xid_count(m) == 1)
     finally:
