@@ -7,11 +7,9 @@ import time
 from pathlib import Path
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import MAX_OUTPUT_BYTES, run_tool
+from helpers.probes import PEAK_MB
 
 REPO = Path(__file__).resolve().parents[3]
-# The probe's peak RSS in MB from its own mm's high-water mark: ru_maxrss carries the forking parent's peak over
-# through vfork and exec (a busy pytest worker's 300 MB).
-PEAK_MB = "def peak_mb():\n    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]) // 1024\n"
 
 
 def _alive(pid):

@@ -15,11 +15,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader
     read_kernel_log,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import file_position, resume
+from helpers.probes import PEAK_MB
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "kernel_log"
-# The probe's peak RSS in MB from its own mm's high-water mark: ru_maxrss carries the forking parent's peak over
-# through vfork and exec (a busy pytest worker's 300 MB).
-PEAK_MB = "def peak_mb():\n    return int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]) // 1024\n"
 
 
 def _dmesg(*stamps):
