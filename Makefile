@@ -63,7 +63,7 @@ INTEGRATION_WORKERS ?= 3
 FLEET_WORKERS ?= 3
 
 unit: venv torch-venv
-	$(BIN)/pytest -q -n $(UNIT_WORKERS) --dist loadfile --durations=15 tests/unit
+	$(BIN)/pytest -q -n $(UNIT_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 tests/unit
 
 # Node-side code and docs on the oldest supported ansible-core (its module runner is what nodes execute).
 test-min: min-venv
@@ -71,11 +71,11 @@ test-min: min-venv
 	  tests/unit/xid tests/unit/nvidia_smi tests/unit/checks tests/unit/storage tests/unit/tool_runner -m "not slow"
 
 integration: venv
-	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadgroup --durations=15 tests/integration
+	$(BIN)/pytest -q -n $(INTEGRATION_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 tests/integration
 
 # The real test fleet (systemd-nspawn nodes over SSH): needs root, debootstrap, systemd-container, openssh-server.
 test-fleet: system-deps venv
-	$(BIN)/pytest -q -n $(FLEET_WORKERS) --dist loadgroup --durations=15 -m fleet tests/fleet
+	$(BIN)/pytest -q -n $(FLEET_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 -m fleet tests/fleet
 
 # The fast suites first, one after another, so that a failure shows in minutes; then the unit and integration suites
 # beside the fleet's (which mostly waits on its nodes). Every suite runs; the table of their times is printed at the

@@ -17,6 +17,7 @@ sys.path.insert(0, str(HERE))
 import aptrepo  # noqa: E402
 import harness  # noqa: E402
 from fleet_ansible import PlaybookRun, stop_live_runs  # noqa: E402
+from helpers.schedule import longest_first  # noqa: E402
 
 # Under pytest-xdist every worker that runs tests of the session fleet brings up its own (gw<N>: prefix gpft<N>,
 # subnet 10.213.<40+N>), so the files that share it run at once on different workers.
@@ -29,6 +30,9 @@ FLEET_SUBNET = os.environ.get("GPUFLEET_PYTEST_FLEET_SUBNET", "10.213.8" if _N i
 FLEET_NODES = int(os.environ.get("GPUFLEET_PYTEST_FLEET_NODES", "4"))
 # Real Debian packages the roles install on nodes that have no network: served from the local repo.
 DEBIAN_PACKAGES = ("prometheus-node-exporter",)
+# The longest groups (several minutes each on a 2-core machine beside the other suites), started first.
+LONGEST = ("roles-node0", "roles-node1", "tests/fleet/test_fleet_burn_in.py", "tests/fleet/test_elastic_training.py",
+           "tests/fleet/test_monitoring.py")
 REQUIRED_TOOLS = ("debootstrap", "systemd-nspawn", "ip", "ssh", "ssh-keygen", "equivs-build", "dpkg-deb",
                   "apt-ftparchive", "mount")
 
@@ -42,6 +46,7 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("xdist_group") is None:
                 item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        longest_first(items, LONGEST)
         return
     skip = pytest.mark.skip(reason="real test fleet: run as root with `pytest -m fleet tests/fleet`")
     for item in items:

@@ -19,8 +19,7 @@ import yaml
 from helpers.playbook_runner import ANSIBLE_PLAYBOOK, REPO, codes, nodes_by_host, run_playbook
 from helpers.sim_processes import kill_tree, node_processes
 
-# With test_sim_burn_in.py: both read the demo's session run (burn_in_run), made once on one worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
+pytestmark = pytest.mark.slow
 
 
 def _findings(report):

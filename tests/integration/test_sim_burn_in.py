@@ -16,8 +16,6 @@ PLANTED = {
     "sim-node09": ("hgx_nvlink_down", "fail", {"NVLINK_LINK_DOWN"}, "reseat GPU 5's SXM module"),
 }
 HEALTHY = ("sim-node01", "sim-node02")
-# With test_operator_journey.py: both read the demo's session run (burn_in_run), made once on one worker.
-pytestmark = pytest.mark.xdist_group("demo")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import node_name
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import schema_errors, strip_envelope
+from helpers.schedule import longest_first, own_items
 
 
 def rejudge(name, result, judge, t, **kwargs):
@@ -27,3 +28,19 @@ def rejudge(name, result, judge, t, **kwargs):
 def contract():
     """contract(module name, result, judge, thresholds, **judge kwargs) -> the judge's findings."""
     return rejudge
+
+
+# The longest files of the unit suite (real torch jobs, real terminals, real playbooks; a minute or more each on a
+# 2-core machine beside the fleet), started first. Every file stays whole on one worker (its module fixtures).
+LONGEST = ("tests/unit/elastic/test_torchrun_elastic.py", "tests/unit/elastic/test_training_alerts.py",
+           "tests/unit/postmortem/test_real_torch.py", "tests/unit/cli/test_cli.py", "tests/unit/cli/test_cli_live.py",
+           "tests/unit/report/test_action.py", "tests/unit/report/test_rules_nvlink.py", "tests/unit/sim/test_fleet.py")
+
+
+# Before xdist reads the groups (its own hook of the same name turns them into node ids).
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in own_items(items, "unit"):
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    longest_first(items, LONGEST)
