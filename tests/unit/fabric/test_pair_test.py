@@ -52,3 +52,27 @@ def test_bad_mpirun_names_ranks_and_timeouts_are_refused_naming_the_host():
     errors = pair_test.host_errors({"n1": "n1", "n2": "n2;reboot"}, {"n1": 8, "n2": 0}, {"n1": 5, "n2": 60})
     assert [e.split(":")[0] for e in errors] == ["host n2", "host n2", "host n1"]
     assert "gpufleet_fabric_mpi_host='n2;reboot'" in errors[0]
+
+
+def test_mpirun_arguments_environment_and_sizes_are_checked_whole_naming_the_host():
+    rsh = "-i /root/.ssh/id_fabric -o StrictHostKeyChecking=no -o ConnectTimeout=5"
+    good = {"n1": ["--mca", "plm_rsh_args", rsh, "--mca", "btl_tcp_if_include", "eth0"]}
+    assert pair_test.host_errors({"n1": "n1"}, {"n1": 8}, {"n1": 60}, good, {"n1": {"NCCL_IB_HCA": "mlx5_0:1"}},
+                                 {"n1": ("8M", "1G")}) == []
+    bad = pair_test.host_errors(
+        {"n1": "n1", "n2": "n2"}, {"n1": 8, "n2": 8}, {"n1": 60, "n2": 60},
+        {"n1": ["--mca", "plm_rsh_args", "-o ProxyCommand=$(reboot)"], "n2": "--allow-run-as-root"},
+        {"n1": {"NCCL_DEBUG": "WARN\nX=1"}, "n2": {"1BAD": "x"}}, {"n1": ("8M", "1G;"), "n2": ("8M", "1G")})
+    assert [e.split(":")[0] for e in bad] == ["host n1", "host n2", "host n1", "host n2", "host n1"]
+    assert "gpufleet_fabric_mpirun_args item '-o ProxyCommand=$(reboot)'" in bad[0]
+    assert "must be a list" in bad[1] and "'NCCL_DEBUG'" in bad[2] and "'1BAD'" in bad[3]
+    assert "gpufleet_fabric_max_bytes='1G;'" in bad[4]
+
+
+def test_a_launch_carries_the_launching_nodes_settings_and_runs_as_root_under_open_mpi():
+    got = pair_test.launch(("n1", "n2"), {"n1": "10.0.0.1", "n2": "n2"}, {"n1": 1, "n2": 1}, {"n1": 60, "n2": 90},
+                           {"n1": ["--mca", "btl", "tcp,self"], "n2": ["--never-used"]}, {"n1": {"A": 1}},
+                           {"n1": ("1M", "8M"), "n2": ("8", "8")})
+    assert got["launcher_args"] == ["--allow-run-as-root", "-H", "10.0.0.1:1,n2:1", "--mca", "btl", "tcp,self"]
+    assert (got["np"], got["timeout_s"], got["env"], got["min_bytes"], got["max_bytes"]) == (2, 60, {"A": "1"},
+                                                                                              "1M", "8M")
