@@ -93,6 +93,10 @@ def answer(nodes, result):
         return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(result.get("output_tail")),
                 "error": "the test did not finish within its timeout (%ss): a hung collective or a partner that "
                          "stopped answering; its processes were killed" % tool.get("duration_s")}
+    if tool.get("error") and tool.get("rc") is None:
+        # The test could not start on the launching node (mpirun or all_reduce_perf missing there): say where.
+        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence,
+                "error": "on %s, the node that launches the test: %s" % (a, str(tool["error"]).strip()[:200])}
     figure = result.get("peak_busbw_gbps")
     failures = list(result.get("failures") or [])
     if result.get("failed") or tool.get("error") or failures or tool.get("rc") not in (0, None) \

@@ -76,3 +76,12 @@ def test_a_launch_carries_the_launching_nodes_settings_and_runs_as_root_under_op
     assert got["launcher_args"] == ["--allow-run-as-root", "-H", "10.0.0.1:1,n2:1", "--mca", "btl", "tcp,self"]
     assert (got["np"], got["timeout_s"], got["env"], got["min_bytes"], got["max_bytes"]) == (2, 60, {"A": "1"},
                                                                                               "1M", "8M")
+
+
+def test_a_test_that_could_not_start_names_the_launching_node_and_the_fix():
+    tool = {"argv": ["mpirun", "-np", "2"], "rc": None, "timed_out": False, "duration_s": None,
+            "error": "mpirun not found: install Open MPI (openmpi-bin) or use launcher=none"}
+    got = pair_test.answer(NODES, {"tool": tool, "verdict": "error", "reasons": ["mpirun not found"]})
+    assert got["busbw_gbps"] is None
+    assert got["error"] == ("on n1, the node that launches the test: mpirun not found: install Open MPI "
+                            "(openmpi-bin) or use launcher=none")
