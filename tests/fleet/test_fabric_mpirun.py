@@ -177,7 +177,7 @@ def test_a_partner_killed_mid_test_is_open_mpi_s_error_and_accuses_nobody(mfleet
     run = run_search(mfleet, tmp_path, "kill", {"hung": [victim]}, start_only=True)
     try:
         deadline = time.monotonic() + 120
-        while mfleet.ssh(victim, "pgrep -f all_reduce_perf", check=False).returncode != 0:
+        while mfleet.ssh(victim, "pgrep -f '[a]ll_reduce_perf'", check=False).returncode != 0:
             assert time.monotonic() < deadline and run.proc.poll() is None, run.output[-3000:]
             time.sleep(0.5)
         mfleet.kill_node(victim)
