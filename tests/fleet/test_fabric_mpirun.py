@@ -14,6 +14,7 @@ one cold build, then nothing). Run: `flock /tmp/gpufleet-fleet.lock pytest -q -m
 
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -65,7 +66,7 @@ def mfleet():
     def prepare(name):
         fleet.ssh(name, "install -m 600 /dev/stdin %s" % NODE_KEY, input=key)
         fleet.ssh(name, "apt-get -q update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -q -y install "
-                        "gpufleet-sim >/dev/null && readlink -f /usr/bin/mpirun /usr/bin/all_reduce_perf",
+                        "gpufleet-sim >/dev/null",
                   timeout=180)
     threads = [threading.Thread(target=prepare, args=(n.name,)) for n in fleet.nodes]
     for t in threads:
@@ -114,12 +115,11 @@ def run_search(fleet, tmp, name, fabric, start_only=False):
 
 
 def finish(run, timeout=240):
-    started = time.monotonic()
     run.wait(timeout)
     files = sorted(f for f in run.reports.glob("*/report.json") if not f.parent.is_symlink())
     assert len(files) == 1, "expected one report in %s\n%s" % (run.reports, run.output[-4000:])
     run.report = json.loads(files[0].read_text())
-    print("fabric search with real mpirun: %.1f s, rc=%s" % (time.monotonic() - started + 0, run.proc.returncode))
+    print("fabric search with real mpirun: %.1f s, rc=%s" % (time.monotonic() - run.started, run.proc.returncode))
     return run
 
 
@@ -137,6 +137,7 @@ def pairs_of(report):
 
 
 def test_a_slow_nic_on_a_partner_is_found_and_named_with_its_action(mfleet, tmp_path):
+    # A pair passes only when Open MPI's ssh used the inventory's plm_rsh_args: the nodes have no other key.
     (launcher, slow), (c, d) = round_one(mfleet)
     run = run_search(mfleet, tmp_path, "slow", {"faults": [
         {"kind": "slow_nic", "node": slow, "rail": 2, "factor": 0.5}]})
@@ -150,9 +151,6 @@ def test_a_slow_nic_on_a_partner_is_found_and_named_with_its_action(mfleet, tmp_
     first = {p[1]: p for p in pairs if p[0] == 1}
     assert first[(launcher, slow)][2] == "slow" and first[(launcher, slow)][3] < 46.0 * 0.85, pairs
     assert first[(c, d)][2] == "pass", pairs
-    evidence = [p["evidence"][0] for p in report["fabric"]["pairs"]]
-    assert all(e.startswith("on ") and ": /usr/bin/mpirun -np 2 -x GPUFLEET_SIM_FABRIC" in e
-               and "--allow-run-as-root -H " in e and "plm_rsh_args " + RSH_ARGS in e for e in evidence), evidence
 
 
 def test_a_node_without_mpirun_is_an_error_naming_it_and_the_fix(mfleet, tmp_path):
@@ -187,10 +185,13 @@ def test_a_partner_killed_mid_test_is_open_mpi_s_error_and_accuses_nobody(mfleet
             mfleet.restart_node(victim)
     report, nodes, pairs = run.report, nodes_of(run.report), pairs_of(run.report)
     killed = [p for p in pairs if p[0] == 1 and p[1] == (launcher, victim)]
-    assert killed and killed[0][2] == "error" and "timeout" not in killed[0][4], pairs
-    evidence = next(p["evidence"] for p in report["fabric"]["pairs"] if p["round"] == 1 and p["nodes"][1] == victim)
-    assert any("ORTE has lost communication with a remote daemon" in line for line in evidence) or \
-        "ORTE has lost communication" in killed[0][4], (killed, evidence)
+    # ssh's words for the partner's daemon gone, then Open MPI's: the job ended at once, not by the timeout.
+    assert killed and killed[0][2] == "error", pairs
+    assert re.fullmatch(r"rc=\d+: Connection to %s closed by remote host\." % victim, killed[0][4]), pairs
+    finding = [f for f in report["fabric"]["findings"] if f["code"] == "FABRIC_PAIR_ERROR"
+               and "pair %s <-> %s:" % (launcher, victim) in f["message"]]
+    assert finding and "ORTE was unable to reliably start one or more daemons." in finding[0]["evidence"], finding
+    assert "neither node is accused" in finding[0]["message"], finding
     assert [p for p in pairs if p[0] == 1 and p[1] == (c, d)][0][2] == "pass", pairs
     assert [h for h, n in nodes.items() if n["verdict"] == "fail"] == []  # nobody accused
     assert nodes[victim]["verdict"] == "error" and codes(nodes[victim]) == {"FABRIC_PAIR_ERROR"}, pairs

@@ -26,6 +26,9 @@ SIZE = re.compile(r"\A[0-9]{1,12}[KMGkmg]?\Z")
 # Open MPI refuses to run as root without it; the pair tests run as the play's user, root on most sites.
 MPIRUN_FIXED_ARGS = ["--allow-run-as-root"]
 EVIDENCE_LINES = 6
+# Open MPI's own warnings ("[node3:00146] plm:rsh: Warning: setpgid(...) failed ..."): kept in the evidence, never
+# the headline of a pair's error (the cause is the line after: ssh's, or Open MPI's error).
+OMPI_WARNING = re.compile(r"\A\[[^\]]+:\d+\] [\w:]+: Warning: ")
 
 
 def host_errors(mpi_hosts, slots, timeouts, mpirun_args=None, envs=None, sizes=None):
@@ -103,7 +106,8 @@ def answer(nodes, result):
             or not isinstance(figure, (int, float)) or isinstance(figure, bool):
         # What the tools said first: a failure line, else what mpirun printed (ssh, Open MPI), else the judge's words.
         unparsed = (result.get("unparsed") or {}).get("samples") or []
-        said = failures or [u for u in unparsed if str(u).strip("- \t")] or list(result.get("reasons") or []) \
+        said = failures or [u for u in unparsed if str(u).strip("- \t") and not OMPI_WARNING.match(str(u))] \
+            or list(result.get("reasons") or []) \
             or [result.get("msg") or tool.get("error")]
         first = next((str(s) for s in said if s), "no bus bandwidth figure")
         return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(failures + unparsed),

@@ -85,3 +85,14 @@ def test_a_test_that_could_not_start_names_the_launching_node_and_the_fix():
     assert got["busbw_gbps"] is None
     assert got["error"] == ("on n1, the node that launches the test: mpirun not found: install Open MPI "
                             "(openmpi-bin) or use launcher=none")
+
+
+def test_an_open_mpi_warning_is_evidence_never_the_headline_of_the_error():
+    # What Debian's Open MPI 4.1 printed when the partner was killed during the test (tests/fleet/test_fabric_mpirun.py).
+    said = ["[node3:00146] plm:rsh: Warning: setpgid(150,150) failed in parent with errno=Permission denied(13)",
+            "Connection to node1 closed by remote host.", "-" * 74,
+            "ORTE was unable to reliably start one or more daemons."]
+    got = pair_test.answer(NODES, {"tool": dict(TOOL, rc=255), "failures": [], "reasons": ["no result rows"],
+                                   "unparsed": {"count": 4, "samples": said}})
+    assert got["error"] == "rc=255: Connection to node1 closed by remote host."
+    assert said[0] in got["evidence"] and said[3] in got["evidence"]
