@@ -74,7 +74,8 @@ class ActionModule(ActionBase):
         timeouts = each("gpufleet_fabric_pair_timeout_s", DEFAULT_TIMEOUT_S)
         mpirun_args = each("gpufleet_fabric_mpirun_args", [])
         envs = each("gpufleet_fabric_env", {})
-        lows, highs = each("gpufleet_fabric_min_bytes", "8M"), each("gpufleet_fabric_max_bytes", "1G")
+        lows = each("gpufleet_fabric_min_bytes", pair_test.DEFAULT_SIZES[0])
+        highs = each("gpufleet_fabric_max_bytes", pair_test.DEFAULT_SIZES[1])
         sizes = dict((h, (lows[h], highs[h])) for h in hosts)
         errors = search.leaf_errors(leaves) + pair_test.host_errors(mpi_hosts, slots, timeouts, mpirun_args, envs,
                                                                     sizes)

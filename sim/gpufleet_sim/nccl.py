@@ -11,6 +11,7 @@ ranks' host names, as nccl-tests does; rank 0 alone prints, the others wait for 
 two-node test are then the ranks' real host names.
 """
 
+import atexit
 import os
 import socket
 import sys
@@ -118,7 +119,12 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
     nranks = world * o["g"] * o["t"]
     hosts = [h for h in os.environ.get("GPUFLEET_SIM_MPI_HOSTS", "").split(",") if h]
     if world > 1 and "PMIX_RANK" in os.environ:
-        hosts, rank, done = _real_mpi_hosts(err)
+        gathered = _real_mpi_hosts()
+        if gathered is None:
+            err.write("gpufleet-sim all_reduce_perf: launched by a real mpirun it needs python3-mpi4py on every "
+                      "node\n")
+            return 2
+        hosts, rank, done = gathered
         if rank != 0:  # nccl-tests prints from rank 0 only; the other ranks take part until it is done
             return done()
     devices = cuda_devices(node, node.lost())
@@ -199,15 +205,14 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
     return 1 if verdict == "FAILED" else 0
 
 
-def _real_mpi_hosts(err):
-    """([distinct host of each rank, in rank order], this rank, done) under a real mpirun: the host names are
-    gathered over MPI (MPI_Allgather, like nccl-tests' rank lines). done() waits at a barrier until rank 0 has
-    finished (polling, so a waiting rank does not spin a CPU) and returns 0."""
+def _real_mpi_hosts():
+    """([distinct host of each rank, in rank order], this rank, done) under a real mpirun, None without mpi4py: the
+    host names are gathered over MPI (MPI_Allgather, like nccl-tests' rank lines). done() waits at a barrier until
+    rank 0 has finished (polling, so a waiting rank does not spin a CPU) and returns 0."""
     try:
         from mpi4py import MPI
     except ImportError:
-        err.write("gpufleet-sim all_reduce_perf: launched by a real mpirun it needs python3-mpi4py on every node\n")
-        sys.exit(2)
+        return None
     comm = MPI.COMM_WORLD
     names = comm.allgather(socket.gethostname())
 
@@ -217,7 +222,6 @@ def _real_mpi_hosts(err):
             time.sleep(0.05)
         return 0
     if comm.Get_rank() == 0:
-        import atexit
         atexit.register(done)  # rank 0 releases the others when it ends (hung: never)
     return list(dict.fromkeys(names)), comm.Get_rank(), done
 

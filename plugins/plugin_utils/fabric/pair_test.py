@@ -16,13 +16,14 @@ import re
 
 # A host name that reaches mpirun's -H: a DNS name or an address, nothing a shell or mpirun would read as syntax.
 MPI_HOST = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z")
-# One extra mpirun argument (gpufleet_fabric_mpirun_args). Open MPI hands some of them (--mca plm_rsh_args "-i key
-# -o ...") to the shell that starts its daemon on the partner: no quotes, $, `, ;, |, &, <, >, \, globs or control
-# characters, only what options, paths and key=value need (spaces for an argument's own words).
+# One extra mpirun argument (an item of gpufleet_fabric_mpirun_args). Open MPI hands some of them (the value of
+# --mca plm_rsh_args, "-i key -o ...") to the shell that starts its daemon on the partner: no quotes, $, `, ;, |, &,
+# <, >, \, globs or control characters, only what options, paths and key=value need (spaces inside one item).
 MPIRUN_ARG = re.compile(r"\A[A-Za-z0-9_./:=,@+%-][A-Za-z0-9_./:=,@+% -]{0,511}\Z")
 ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 ENV_VALUE = re.compile(r"\A[^\x00-\x1f\x7f]{0,4096}\Z")
 SIZE = re.compile(r"\A[0-9]{1,12}[KMGkmg]?\Z")
+DEFAULT_SIZES = ("8M", "1G")  # gpufleet_fabric_min_bytes, gpufleet_fabric_max_bytes
 # Open MPI refuses to run as root without it; the pair tests run as the play's user, root on most sites.
 MPIRUN_FIXED_ARGS = ["--allow-run-as-root"]
 EVIDENCE_LINES = 6
@@ -70,9 +71,10 @@ def launch(pair, mpi_hosts, slots, timeouts, mpirun_args=None, envs=None, sizes=
     sizes), every rank of both (`mpirun -np N --allow-run-as-root -H a:8,b:8 <extra> all_reduce_perf`)."""
     a, b = pair
     hosts = "%s:%d,%s:%d" % (mpi_hosts[a], slots[a], mpi_hosts[b], slots[b])
-    low, high = (sizes or {}).get(a) or ("8M", "1G")
+    low, high = (sizes or {}).get(a) or DEFAULT_SIZES
+    extra = list((mpirun_args or {}).get(a) or [])
     return {"nodes": [a, b], "launch_from": a, "np": slots[a] + slots[b], "timeout_s": timeouts[a],
-            "mpi_hosts": hosts, "launcher_args": MPIRUN_FIXED_ARGS + ["-H", hosts] + list((mpirun_args or {}).get(a) or []),
+            "mpi_hosts": hosts, "launcher_args": MPIRUN_FIXED_ARGS + ["-H", hosts] + extra,
             "env": dict((k, str(v)) for k, v in ((envs or {}).get(a) or {}).items()), "min_bytes": low,
             "max_bytes": high}
 
