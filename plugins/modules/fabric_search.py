@@ -20,7 +20,7 @@ description:
     mpirun reaches them by (C(gpufleet_fabric_mpi_host), default the inventory name), their ranks
     (C(gpufleet_fabric_ranks_per_node), default 8), the pair tests' timeout (C(gpufleet_fabric_pair_timeout_s),
     default 300), its extra mpirun arguments, rank environment and message sizes (C(gpufleet_fabric_mpirun_args),
-    C(gpufleet_fabric_env), C(gpufleet_fabric_min_bytes), C(gpufleet_fabric_max_bytes): each value checked whole,
+    C(gpufleet_fabric_env), C(gpufleet_fabric_min_bytes), C(gpufleet_fabric_max_bytes); each value checked whole,
     since they reach mpirun's command line and the shell that starts its daemon on the partner), and the settings
     that must be the same on every host of one search (the fabric thresholds
     in docs/rules.md, C(gpufleet_fabric_max_rounds), default 4, and C(gpufleet_fabric_seed), default 0) - and
