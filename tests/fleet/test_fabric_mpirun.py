@@ -17,8 +17,8 @@ import os
 import re
 import shutil
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,11 +68,8 @@ def mfleet():
         fleet.ssh(name, "apt-get -q update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get -q -y install "
                         "gpufleet-sim >/dev/null",
                   timeout=180)
-    threads = [threading.Thread(target=prepare, args=(n.name,)) for n in fleet.nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(len(fleet.nodes)) as pool:  # the nodes at once; a node's failure is raised here
+        list(pool.map(prepare, names(fleet)))
     for n in fleet.nodes:
         paths = fleet.ssh(n.name, "readlink -f /usr/bin/mpirun /usr/bin/all_reduce_perf").stdout.split()
         assert paths == ["/usr/bin/orterun", "/usr/lib/gpufleet-sim/bin/all_reduce_perf"], (n.name, paths)
