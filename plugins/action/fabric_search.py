@@ -50,7 +50,8 @@ class ActionModule(ActionBase):
         else:
             answers = pair_test.answers(args["launched"], args["finished"])
             search.record(state, answers, complete(state["thresholds"]), state["max_rounds"])
-        plan = [pair_test.launch(p, state["mpi_hosts"], state["slots"], state["timeouts"]) for p in state["plan"]]
+        plan = [pair_test.launch(p, state["mpi_hosts"], state["slots"], state["timeouts"], state["mpirun_args"],
+                                 state["envs"], state["sizes"]) for p in state["plan"]]
         result.update({"changed": False, "search": state, "plan": plan, "round": state["rounds"] + 1,
                        "msg": "round %d: %d pair test(s)" % (state["rounds"] + 1, len(plan)) if plan else
                        "search done after %d round(s), %d pair test(s)" % (state["rounds"], len(state["pairs"]))})
@@ -71,7 +72,13 @@ class ActionModule(ActionBase):
         mpi_hosts = each("gpufleet_fabric_mpi_host", lambda h: h)
         slots = each("gpufleet_fabric_ranks_per_node", DEFAULT_SLOTS)
         timeouts = each("gpufleet_fabric_pair_timeout_s", DEFAULT_TIMEOUT_S)
-        errors = search.leaf_errors(leaves) + pair_test.host_errors(mpi_hosts, slots, timeouts)
+        mpirun_args = each("gpufleet_fabric_mpirun_args", [])
+        envs = each("gpufleet_fabric_env", {})
+        lows = each("gpufleet_fabric_min_bytes", pair_test.DEFAULT_SIZES[0])
+        highs = each("gpufleet_fabric_max_bytes", pair_test.DEFAULT_SIZES[1])
+        sizes = dict((h, (lows[h], highs[h])) for h in hosts)
+        errors = search.leaf_errors(leaves) + pair_test.host_errors(mpi_hosts, slots, timeouts, mpirun_args, envs,
+                                                                    sizes)
         settings = {}
         for name, default, low, high in SEARCH_SETTINGS:
             values = each(name, default)
@@ -87,5 +94,6 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("; ".join(errors))
         state = search.start(leaves, settings["gpufleet_fabric_seed"])
         state.update({"thresholds": _thresholds(data), "mpi_hosts": mpi_hosts, "slots": slots,
-                      "timeouts": timeouts, "max_rounds": settings["gpufleet_fabric_max_rounds"]})
+                      "timeouts": timeouts, "mpirun_args": mpirun_args, "envs": envs, "sizes": sizes,
+                      "max_rounds": settings["gpufleet_fabric_max_rounds"]})
         return state

@@ -19,7 +19,10 @@ description:
   - Without O(search) it starts a search over O(hosts) - their leaf switches (C(gpufleet_fabric_leaf)), the names
     mpirun reaches them by (C(gpufleet_fabric_mpi_host), default the inventory name), their ranks
     (C(gpufleet_fabric_ranks_per_node), default 8), the pair tests' timeout (C(gpufleet_fabric_pair_timeout_s),
-    default 300), and the settings that must be the same on every host of one search (the fabric thresholds
+    default 300), its extra mpirun arguments, rank environment and message sizes (C(gpufleet_fabric_mpirun_args),
+    C(gpufleet_fabric_env), C(gpufleet_fabric_min_bytes), C(gpufleet_fabric_max_bytes); each value checked whole,
+    since they reach mpirun's command line and the shell that starts its daemon on the partner), and the settings
+    that must be the same on every host of one search (the fabric thresholds
     in docs/rules.md, C(gpufleet_fabric_max_rounds), default 4, and C(gpufleet_fabric_seed), default 0) - and
     returns round 1's plan.
   - With O(search) it records the answers of the round just run (O(launched) and O(finished), the registered loop
@@ -73,7 +76,9 @@ search:
   returned: always
   type: dict
 plan:
-  description: The next round's pair tests C({nodes, launch_from, mpi_hosts, np, timeout_s}); empty when the search is done.
+  description:
+    - The next round's pair tests C({nodes, launch_from, mpi_hosts, np, timeout_s, launcher_args, env, min_bytes,
+      max_bytes}) (the launching node's settings, checked); empty when the search is done.
   returned: always
   type: list
   elements: dict

@@ -6,9 +6,14 @@ under load (pcie_degraded) drags the whole ring down. Run under the sim's mpirun
 one rank per process; scenario nccl.mpi_noise puts Open MPI help messages inside the table (a real trap). Launched
 by the sim's mpirun across two hosts (-H a:8,b:8) with a fabric (GPUFLEET_SIM_FABRIC), it is a two-node test: ranks
 on both hosts, the bus bandwidth the fabric gives the pair (ib_fabric.py), or NCCL's remote error when a port flaps.
+Launched by a real Open MPI mpirun (PMIX_RANK set), every rank joins MPI (python3-mpi4py) and rank 0 gathers the
+ranks' host names, as nccl-tests does; rank 0 alone prints, the others wait for it at a barrier. The two hosts of a
+two-node test are then the ranks' real host names.
 """
 
+import atexit
 import os
+import socket
 import sys
 import time
 
@@ -112,6 +117,16 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         return 1
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")) or 1)
     nranks = world * o["g"] * o["t"]
+    hosts = [h for h in os.environ.get("GPUFLEET_SIM_MPI_HOSTS", "").split(",") if h]
+    if world > 1 and "PMIX_RANK" in os.environ:
+        gathered = _real_mpi_hosts()
+        if gathered is None:
+            err.write("gpufleet-sim all_reduce_perf: launched by a real mpirun it needs python3-mpi4py on every "
+                      "node\n")
+            return 2
+        hosts, rank, done = gathered
+        if rank != 0:  # nccl-tests prints from rank 0 only; the other ranks take part until it is done
+            return done()
     devices = cuda_devices(node, node.lost())
     out.write(header(o))
     if not fabric.ready(node):
@@ -119,7 +134,6 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         err.write("%s: Test CUDA failure common.cu:1011 '%s'\n .. %s pid %d: Test failure common.cu:891\n"
                   % (host, fabric.NOT_READY, host, pid))
         return 1
-    hosts = [h for h in os.environ.get("GPUFLEET_SIM_MPI_HOSTS", "").split(",") if h]
     two_node = len(hosts) == 2 and bool(os.environ.get("GPUFLEET_SIM_FABRIC"))
     per_host = max(1, nranks // 2) if two_node else nranks
     if per_host > len(devices):
@@ -189,6 +203,27 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
     text, verdict = footer(busbws)
     out.write(text)
     return 1 if verdict == "FAILED" else 0
+
+
+def _real_mpi_hosts():
+    """([distinct host of each rank, in rank order], this rank, done) under a real mpirun, None without mpi4py: the
+    host names are gathered over MPI (MPI_Allgather, like nccl-tests' rank lines). done() waits at a barrier until
+    rank 0 has finished (polling, so a waiting rank does not spin a CPU) and returns 0."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    comm = MPI.COMM_WORLD
+    names = comm.allgather(socket.gethostname())
+
+    def done():
+        request = comm.Ibarrier()
+        while not request.Test():
+            time.sleep(0.05)
+        return 0
+    if comm.Get_rank() == 0:
+        atexit.register(done)  # rank 0 releases the others when it ends (hung: never)
+    return list(dict.fromkeys(names)), comm.Get_rank(), done
 
 
 def header(o):

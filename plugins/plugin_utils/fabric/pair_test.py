@@ -16,11 +16,25 @@ import re
 
 # A host name that reaches mpirun's -H: a DNS name or an address, nothing a shell or mpirun would read as syntax.
 MPI_HOST = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z")
+# One extra mpirun argument (an item of gpufleet_fabric_mpirun_args). Open MPI hands some of them (the value of
+# --mca plm_rsh_args, "-i key -o ...") to the shell that starts its daemon on the partner: no quotes, $, `, ;, |, &,
+# <, >, \, globs or control characters, only what options, paths and key=value need (spaces inside one item).
+MPIRUN_ARG = re.compile(r"\A[A-Za-z0-9_./:=,@+%-][A-Za-z0-9_./:=,@+% -]{0,511}\Z")
+ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+ENV_VALUE = re.compile(r"\A[^\x00-\x1f\x7f]{0,4096}\Z")
+SIZE = re.compile(r"\A[0-9]{1,12}[KMGkmg]?\Z")
+DEFAULT_SIZES = ("8M", "1G")  # gpufleet_fabric_min_bytes, gpufleet_fabric_max_bytes
+# Open MPI refuses to run as root without it; the pair tests run as the play's user, root on most sites.
+MPIRUN_FIXED_ARGS = ["--allow-run-as-root"]
 EVIDENCE_LINES = 6
+# Open MPI's own warnings ("[node3:00146] plm:rsh: Warning: setpgid(...) failed ..."): kept in the evidence, never
+# the headline of a pair's error (the cause is the line after: ssh's, or Open MPI's error).
+OMPI_WARNING = re.compile(r"\A\[[^\]]+:\d+\] [\w:]+: Warning: ")
 
 
-def host_errors(mpi_hosts, slots, timeouts):
-    """Messages for every host whose mpirun name (gpufleet_fabric_mpi_host), rank count or timeout is not valid."""
+def host_errors(mpi_hosts, slots, timeouts, mpirun_args=None, envs=None, sizes=None):
+    """Messages for every host whose mpirun name (gpufleet_fabric_mpi_host), rank count, timeout, extra mpirun
+    arguments, rank environment or message sizes ({host: (min, max)}) are not valid."""
     out = ["host %s: gpufleet_fabric_mpi_host=%r is not a host name or address mpirun can use (letters, digits, . "
            "and -): fix it in host_vars/group_vars" % (h, name) for h, name in sorted(mpi_hosts.items())
            if not (isinstance(name, str) and MPI_HOST.match(name))]
@@ -29,15 +43,40 @@ def host_errors(mpi_hosts, slots, timeouts):
     out += ["host %s: gpufleet_fabric_pair_timeout_s=%r must be a whole number of seconds from 10 to 86400" % (h, n)
             for h, n in sorted(timeouts.items()) if isinstance(n, bool) or not isinstance(n, int)
             or not 10 <= n <= 86400]
+    for h, args in sorted((mpirun_args or {}).items()):
+        if not isinstance(args, list):
+            out.append("host %s: gpufleet_fabric_mpirun_args must be a list of arguments, got %r" % (h, args))
+            continue
+        out += ["host %s: gpufleet_fabric_mpirun_args item %r is not a clean mpirun argument (letters, digits, spaces "
+                "and _./:=,@+%%-; no quotes, $, `, ;, |, &, <, >, \\ or control characters): fix it in "
+                "host_vars/group_vars" % (h, a) for a in args if not (isinstance(a, str) and MPIRUN_ARG.match(a))]
+    for h, env in sorted((envs or {}).items()):
+        if not isinstance(env, dict):
+            out.append("host %s: gpufleet_fabric_env must be a mapping of variable names to values, got %r" % (h, env))
+            continue
+        out += ["host %s: gpufleet_fabric_env %r=%r: the name must be a shell variable name and the value a string or "
+                "number without control characters" % (h, k, v) for k, v in sorted(env.items(), key=str)
+                if not (isinstance(k, str) and ENV_NAME.match(k)) or isinstance(v, bool)
+                or not (isinstance(v, (str, int, float)) and ENV_VALUE.match(str(v)))]
+    for h, (low, high) in sorted((sizes or {}).items()):
+        out += ["host %s: %s=%r must be a byte count with an optional K, M or G suffix (8M, 1G)" % (h, name, v)
+                for name, v in (("gpufleet_fabric_min_bytes", low), ("gpufleet_fabric_max_bytes", high))
+                if not (isinstance(v, str) and SIZE.match(v))]
     return out
 
 
-def launch(pair, mpi_hosts, slots, timeouts):
-    """{"nodes", "launch_from", "mpi_hosts", "np", "timeout_s"} of one planned pair: run from its first node (with
-    its timeout), every rank of both."""
+def launch(pair, mpi_hosts, slots, timeouts, mpirun_args=None, envs=None, sizes=None):
+    """{"nodes", "launch_from", "mpi_hosts", "np", "timeout_s", "launcher_args", "env", "min_bytes", "max_bytes"} of
+    one planned pair: run from its first node with its settings (timeout, extra mpirun arguments, environment,
+    sizes), every rank of both (`mpirun -np N --allow-run-as-root -H a:8,b:8 <extra> all_reduce_perf`)."""
     a, b = pair
+    hosts = "%s:%d,%s:%d" % (mpi_hosts[a], slots[a], mpi_hosts[b], slots[b])
+    low, high = (sizes or {}).get(a) or DEFAULT_SIZES
+    extra = list((mpirun_args or {}).get(a) or [])
     return {"nodes": [a, b], "launch_from": a, "np": slots[a] + slots[b], "timeout_s": timeouts[a],
-            "mpi_hosts": "%s:%d,%s:%d" % (mpi_hosts[a], slots[a], mpi_hosts[b], slots[b])}
+            "mpi_hosts": hosts, "launcher_args": MPIRUN_FIXED_ARGS + ["-H", hosts] + extra,
+            "env": dict((k, str(v)) for k, v in ((envs or {}).get(a) or {}).items()), "min_bytes": low,
+            "max_bytes": high}
 
 
 def _tail(lines):
@@ -59,13 +98,18 @@ def answer(nodes, result):
         return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(result.get("output_tail")),
                 "error": "the test did not finish within its timeout (%ss): a hung collective or a partner that "
                          "stopped answering; its processes were killed" % tool.get("duration_s")}
+    if tool.get("error") and tool.get("rc") is None:
+        # The test could not start on the launching node (mpirun or all_reduce_perf missing there): say where.
+        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence,
+                "error": "on %s, the node that launches the test: %s" % (a, str(tool["error"]).strip()[:200])}
     figure = result.get("peak_busbw_gbps")
     failures = list(result.get("failures") or [])
     if result.get("failed") or tool.get("error") or failures or tool.get("rc") not in (0, None) \
             or not isinstance(figure, (int, float)) or isinstance(figure, bool):
         # What the tools said first: a failure line, else what mpirun printed (ssh, Open MPI), else the judge's words.
         unparsed = (result.get("unparsed") or {}).get("samples") or []
-        said = failures or [u for u in unparsed if str(u).strip("- \t")] or list(result.get("reasons") or []) \
+        said = failures or [u for u in unparsed if str(u).strip("- \t") and not OMPI_WARNING.match(str(u))] \
+            or list(result.get("reasons") or []) \
             or [result.get("msg") or tool.get("error")]
         first = next((str(s) for s in said if s), "no bus bandwidth figure")
         return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(failures + unparsed),

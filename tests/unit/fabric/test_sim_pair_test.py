@@ -4,6 +4,7 @@ one nccl-tests parser reads it."""
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -61,3 +62,22 @@ def test_a_partner_ssh_cannot_reach_fails_in_mpirun_with_open_mpi_s_daemon_error
 def test_a_hung_pair_test_never_finishes_by_itself(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         pair_test(tmp_path, "a1", "c2", timeout=3)
+
+
+def test_under_a_real_open_mpi_mpirun_rank_0_alone_prints_like_nccl_tests(tmp_path):
+    """The stand-in as the test fleet runs it (tests/fleet/test_fabric_mpirun.py), here with both ranks on this
+    machine (one host: a one-node test of the simulated node): every rank joins MPI (mpi4py), rank 0 alone prints."""
+    python = "/usr/bin/python3"  # Debian's, with python3-mpi4py (hack/system-deps), whatever python3 PATH finds
+    if not shutil.which("mpirun") or subprocess.run([python, "-c", "import mpi4py"]).returncode:
+        pytest.skip("needs Open MPI's mpirun and python3-mpi4py (Debian openmpi-bin python3-mpi4py: hack/system-deps)")
+    env = dict(os.environ, GPUFLEET_SIM_SCENARIO=str(SIM / "scenarios" / "healthy_h100.json"),
+               GPUFLEET_SIM_STATE=str(tmp_path / "n1"), GPUFLEET_SIM_TIME_SCALE="0.0001",
+               OMPI_MCA_btl="self,tcp", OMPI_MCA_pml="ob1")
+    proc = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", python,
+                           str(SIM / "bin" / "all_reduce_perf"), "-b", "1M", "-e", "8M", "-f", "2", "-g", "1"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("# Collective test starting: all_reduce_perf") == 1, proc.stdout
+    parsed = parse_nccl_tests(proc.stdout + proc.stderr)
+    assert [g["host"] for g in parsed["gpus"]] == ["n1", "n1"] and parsed["failures"] == []
+    assert parsed["largest_size_bytes"] == 8 * 1024 * 1024 and parsed["peak_busbw_gbps"] > 0
