@@ -33,6 +33,9 @@ from aptrepo import DEFAULT_MIRROR, index_repo  # noqa: E402 (test-only sibling 
 BASE_PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-apt", "sudo", "iproute2", "apt-utils",
     "ca-certificates", "procps", "less", "gnupg",
+    # Open MPI for the fabric search's pair tests (test_fabric_mpirun.py): in the one base, because a second base is a
+    # second debootstrap on every fresh machine (minutes of CI), where these add seconds to the first.
+    "openmpi-bin", "python3-mpi4py",
 )
 # Bump when the base customisation below changes: it is part of the cache key.
 BASE_RECIPE = "3"

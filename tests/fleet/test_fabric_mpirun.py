@@ -36,7 +36,6 @@ pytestmark = [pytest.mark.fleet, pytest.mark.timeout(600)]
 
 FLEET_DIR = Path(os.environ.get("GPUFLEET_MPI_FLEET_DIR", "/var/tmp/gpufleet-mpi-fleet"))
 # Open MPI's launcher and daemon, and MPI for the stand-in's ranks, in the nodes' base image.
-MPI_PACKAGES = ("openmpi-bin", "python3-mpi4py")
 FABRIC_FILE = "/etc/gpufleet-sim-fabric.json"
 # The key mpirun's ssh uses between the nodes (the fleet's own, whose public half every node authorizes).
 NODE_KEY = "/root/.ssh/id_gpufleet_fabric"
@@ -51,7 +50,7 @@ def mfleet():
         pytest.fail("the fabric fleet test needs root, debootstrap, systemd-container and equivs "
                     "(see tests/fleet/conftest.py)")
     started = time.monotonic()
-    base = harness.ensure_base(packages=harness.BASE_PACKAGES + MPI_PACKAGES)
+    base = harness.ensure_base()  # Open MPI is in the base
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=4, prefix="gpmp", subnet="10.213.17")
     if fleet.state_path.exists():
         harness.Fleet.from_state(FLEET_DIR).down()
