@@ -90,30 +90,25 @@ def status(pair, floor):
     return "slow" if value < floor else "pass"
 
 
-def analyse(result, t):
-    """The rule applied to every pair so far: {baseline, floor, source, status [per pair], proven,
-    leaves_blamed {leaf: {crossing, inside}}, accused {node: [pair index]}, slow_partners {node: set},
-    suspects [nodes the next round tests], unresolved [pair index]}."""
-    pairs = result.get("pairs") or []
-    leaves = result.get("leaves") or {}
-    margin = float(t.get("gpufleet_fabric_slow_margin"))
-    need = int(t.get("gpufleet_fabric_accuse_partners"))
-    min_crossing = int(t.get("gpufleet_fabric_leaf_min_crossing"))
-    base, source = baseline(pairs, t)
-    floor = base * (1.0 - margin) if base is not None else None
-    states = [status(p, floor) for p in pairs]
-    passed = set(n for i, p in enumerate(pairs) if states[i] == "pass" for n in p["nodes"])
+def _leaf_names(leaves):
+    return sorted(set(v for v in leaves.values() if v))
 
-    blamed = {}
-    for leaf in sorted(set(v for v in leaves.values() if v)):
-        crossing = [i for i, p in enumerate(pairs) if states[i] != "error"
-                    and sum(leaves.get(n) == leaf for n in p["nodes"]) == 1]
-        inside = [i for i, p in enumerate(pairs) if states[i] != "error"
-                  and all(leaves.get(n) == leaf for n in p["nodes"])]
-        if (len(crossing) >= min_crossing and all(states[i] == "slow" for i in crossing)
-                and inside and not any(states[i] == "slow" for i in inside)):
-            blamed[leaf] = {"crossing": crossing, "inside": inside}
 
+def _leaf_rule(leaf, pairs, states, leaves, min_crossing, without):
+    """{crossing, inside} pair indexes when the leaf is to blame: at least min_crossing pairs cross it, all slow, and
+    pairs inside it ran, none slow; pairs with a node of `without` (the leaf's accused nodes) left out. None otherwise."""
+    ran = [i for i, p in enumerate(pairs) if states[i] != "error" and not any(n in without for n in p["nodes"])]
+    crossing = [i for i in ran if sum(leaves.get(n) == leaf for n in pairs[i]["nodes"]) == 1]
+    inside = [i for i in ran if all(leaves.get(n) == leaf for n in pairs[i]["nodes"])]
+    if (len(crossing) >= min_crossing and all(states[i] == "slow" for i in crossing)
+            and inside and not any(states[i] == "slow" for i in inside)):
+        return {"crossing": crossing, "inside": inside}
+    return None
+
+
+def _accuse(pairs, states, leaves, passed, need, blamed):
+    """({accused node: [slow pair index]}, {node: proven slow partners}) with the blamed leaves' crossing pairs
+    explained (evidence against nobody)."""
     explained = set(i for seen in blamed.values() for i in seen["crossing"])
     slow_partners, slow_pairs = {}, {}
     for i, pair in enumerate(pairs):
@@ -129,6 +124,40 @@ def analyse(result, t):
     accused = dict((node, slow_pairs[node]) for node, partners in slow_partners.items()
                    if len(partners) >= need and node not in passed
                    and (not leaves.get(node) or any(leaves.get(p) == leaves[node] for p in partners)))
+    return accused, slow_partners
+
+
+def analyse(result, t):
+    """The rule applied to every pair so far: {baseline, floor, source, status [per pair], proven,
+    leaves_blamed {leaf: {crossing, inside}}, accused {node: [pair index]}, slow_partners {node: set},
+    suspects [nodes the next round tests], unresolved [pair index]}."""
+    pairs = result.get("pairs") or []
+    leaves = result.get("leaves") or {}
+    margin = float(t.get("gpufleet_fabric_slow_margin"))
+    need = int(t.get("gpufleet_fabric_accuse_partners"))
+    min_crossing = int(t.get("gpufleet_fabric_leaf_min_crossing"))
+    base, source = baseline(pairs, t)
+    floor = base * (1.0 - margin) if base is not None else None
+    states = [status(p, floor) for p in pairs]
+    passed = set(n for i, p in enumerate(pairs) if states[i] == "pass" for n in p["nodes"])
+
+    blamed = dict((leaf, seen) for leaf, seen in
+                  ((leaf, _leaf_rule(leaf, pairs, states, leaves, min_crossing, ())) for leaf in _leaf_names(leaves))
+                  if seen)
+    accused, slow_partners = _accuse(pairs, states, leaves, passed, need, blamed)
+    # A bad node on a bad leaf: its slow pairs inside the leaf keep the plain rule from blaming the leaf. The rule
+    # holds again without the pairs of the leaf's accused nodes, and the leaf is blamed when those nodes stay accused
+    # on the rest of their evidence (the leaf's crossing pairs then count against nobody).
+    for leaf in _leaf_names(leaves):
+        without = [n for n in accused if leaves.get(n) == leaf]
+        seen = _leaf_rule(leaf, pairs, states, leaves, min_crossing, without) if leaf not in blamed and without else None
+        if not seen:
+            continue
+        trial = dict(blamed, **{leaf: seen})
+        still, partners = _accuse(pairs, states, leaves, passed, need, trial)
+        if all(n in still for n in without):
+            blamed, accused, slow_partners = trial, still, partners
+    explained = set(i for seen in blamed.values() for i in seen["crossing"])
 
     # Who the next round tests: members of slow pairs (explained by a leaf or not: a leaf's verdict is confirmed by
     # its nodes passing inside it), members of errored pairs (up to MAX_ERRORS errors each: a node that keeps
