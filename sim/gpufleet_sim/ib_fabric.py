@@ -18,6 +18,7 @@ differs. A flapping port drops the link during a test with probability p_down: t
 """
 
 import json
+import os
 import random
 
 # The share of a rail's line rate a healthy two-node all_reduce reaches as bus bandwidth.
@@ -93,3 +94,58 @@ class Fabric:
             return {"busbw_gbps": None, "error": REMOTE_ERROR, "flapped": flapped}
         figure = self.healthy_gbps() * min(self.node_factor(a), self.node_factor(b)) * self.path_factor(a, b)
         return {"busbw_gbps": round(figure * rng.gauss(1.0, self.noise), 2), "error": None, "flapped": []}
+
+
+# ---- the node's InfiniBand ports in sysfs ---------------------------------------------------------------------------
+# <sysfs>/class/infiniband/mlx5_<rail>/ports/1/ as the kernel shows them (drivers/infiniband/core/sysfs.c): one HCA
+# per rail, NDR 4X when healthy. A slow NIC trained at fewer lanes (width and rate drop with its factor); a bad cable's
+# symbol and receive errors, and a flapping port's link_downed and link_error_recovery, grow with the node's simulated
+# load seconds (the burn), so a read before and a read after the load differ. Counters saturate at their PMA width.
+LANE_GBPS = 100
+COUNTER_BITS = {"symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
+                "port_rcv_remote_physical_errors": 16, "port_xmit_discards": 16, "local_link_integrity_errors": 4,
+                "excessive_buffer_overrun_errors": 4}
+# What a port shows before any load: a few symbol errors from when the link first trained.
+INITIAL = {"symbol_error": 2}
+
+
+def port_files(fabric, node, load_s):
+    """{relative path under class/infiniband: text} of the node's ports after load_s simulated load seconds; {} for a
+    node on no leaf (no InfiniBand)."""
+    if node not in fabric.leaf_of:
+        return {}
+    out = {}
+    for rail in range(fabric.rails):
+        width, counters = 4, dict((name, INITIAL.get(name, 0)) for name in COUNTER_BITS)
+        for fault in fabric.faults:
+            if fault.get("node") != node or fault.get("rail") != rail:
+                continue
+            if fault["kind"] == "slow_nic":
+                width = min(width, max(1, int(round(4 * float(fault["factor"])))))
+            elif fault["kind"] == "bad_cable":
+                bad = 1.0 - float(fault["factor"])
+                counters["symbol_error"] += int(bad * load_s)
+                counters["port_rcv_errors"] += int(bad * load_s / 10)
+                counters["excessive_buffer_overrun_errors"] += int(bad * load_s / 100)
+            elif fault["kind"] == "flapping_port":
+                counters["link_downed"] += int(float(fault["p_down"]) * load_s / 60)
+                counters["link_error_recovery"] += int(float(fault["p_down"]) * load_s / 30)
+        port = "mlx5_%d/ports/1/" % rail
+        out[port + "state"] = "4: ACTIVE\n"
+        out[port + "phys_state"] = "5: LinkUp\n"
+        out[port + "rate"] = "%d Gb/sec (%dX NDR)\n" % (LANE_GBPS * width, width)
+        for name, bits in COUNTER_BITS.items():
+            out[port + "counters/" + name] = "%d\n" % min(counters[name], (1 << bits) - 1)
+    return out
+
+
+def write_ports(root, fabric, node, load_s):
+    """Write port_files under root (<state>/sysfs/class/infiniband), each file replaced whole (a reader never sees half
+    a value)."""
+    for rel, text in port_files(fabric, node, load_s).items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
