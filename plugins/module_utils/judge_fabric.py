@@ -17,7 +17,8 @@ The decision rule, and its false-accusation control:
 turns it into findings. Stdlib only.
 
 The result it reads: {"pairs": [{"nodes": [a, b], "round": n, "busbw_gbps": float or None, "error": str or None,
-"evidence": [lines]}], "leaves": {node: leaf or None}, "link_history": {"a|b" (a < b): {"median_gbps", "runs"}}}
+"evidence": [lines], "rails": [{"hca", "gbps" (ib_write_bw, Gb/s) or None, "error", "evidence"}] where the nodes have
+InfiniBand}], "leaves": {node: leaf or None}, "link_history": {"a|b" (a < b): {"median_gbps", "runs"}}}
 (link_history: the fleet report adds it from the history).
 """
 
@@ -30,7 +31,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common impo
 
 CHECK = "fabric"
 THRESHOLDS = ("gpufleet_fabric_pair_busbw_gbps", "gpufleet_fabric_slow_margin", "gpufleet_fabric_accuse_partners",
-              "gpufleet_fabric_leaf_min_crossing")
+              "gpufleet_fabric_leaf_min_crossing", "gpufleet_fabric_rail_write_gbps")
 
 CODES = {
     "FABRIC_NODE_SLOW": ("fail", "a node slow with gpufleet_fabric_accuse_partners different proven partners and "
@@ -43,6 +44,9 @@ CODES = {
     "FABRIC_LINK_DEGRADED": ("warn", "a pair that passed, but below its own link's median of at least "
                                      "LINK_MIN_RUNS earlier runs by more than gpufleet_fabric_slow_margin: a link "
                                      "slower than it used to be"),
+    "FABRIC_RAIL_SLOW": ("warn", "one InfiniBand rail of a pair (ib_write_bw between the two nodes' HCAs of that rail) "
+                                 "below gpufleet_fabric_rail_write_gbps by more than gpufleet_fabric_slow_margin"),
+    "FABRIC_RAIL_ERROR": ("error", "a rail's ib_write_bw that could not run or gave no figure: neither node is accused"),
     "FABRIC_NO_BASELINE": ("error", "no baseline: gpufleet_fabric_pair_busbw_gbps unset and too few pair figures "
                                     "for the run's own median"),
 }
@@ -237,6 +241,7 @@ def attributed(result, t, host="the fabric"):
             "warn", "FABRIC_PAIR_SLOW", "pair %s <-> %s: below %s, but neither node nor a leaf is proven at fault"
             % (x, y, floor), "rerun the fabric search; if the pair stays slow check the path between %s and %s "
             "(both nodes' ports and the switches between them)" % (x, y), [_line(pairs[i], "slow")])))
+    out.extend(_rails(pairs, a, t, in_doubt))
     history = result.get("link_history") or {}
     for i, pair in enumerate(pairs):
         seen = history.get("|".join(sorted(pair["nodes"]))) or {}
@@ -260,4 +265,33 @@ def attributed(result, t, host="the fabric"):
                 % (x, y, pair.get("error") or "no bus bandwidth"),
                 "make the pair test run between %s and %s (SSH, mpirun, the test binary on both), then rerun the "
                 "fabric search" % (x, y), list(pair.get("evidence") or [])[-5:] + [_line(pair, "error")])))
+    return out
+
+
+def _rails(pairs, a, t, in_doubt):
+    """[(subjects, finding)] of the pairs' per-rail ib_write_bw figures against gpufleet_fabric_rail_write_gbps: a
+    slow rail names the pair's accused node when it has one (which rail of the culprit), else its nodes in doubt."""
+    expected = t.get("gpufleet_fabric_rail_write_gbps")
+    margin = float(t.get("gpufleet_fabric_slow_margin"))
+    out = []
+    for pair in pairs:
+        x, y = pair["nodes"]
+        named = [n for n in (x, y) if n in a["accused"]] or in_doubt([x, y])
+        for rail in pair.get("rails") or []:
+            gbps, hca = rail.get("gbps"), rail.get("hca")
+            if rail.get("error") or not isinstance(gbps, (int, float)) or isinstance(gbps, bool):
+                out.append((in_doubt([x, y]), finding(
+                    "error", "FABRIC_RAIL_ERROR", "pair %s <-> %s rail %s: ib_write_bw gave no figure (%s): neither "
+                    "node is accused" % (x, y, hca, rail.get("error") or "no bandwidth"),
+                    "make ib_write_bw run between %s and %s on %s (perftest installed on both, the HCA up, the "
+                    "server reachable), then rerun the fabric search" % (x, y, hca), list(rail.get("evidence") or [])[-5:])))
+            elif expected is not None and gbps < float(expected) * (1.0 - margin):
+                out.append((named, finding(
+                    "warn", "FABRIC_RAIL_SLOW", "pair %s <-> %s rail %s: %.1f Gb/s, below %.1f Gb/s "
+                    "(gpufleet_fabric_rail_write_gbps %g less %g%%)" % (
+                        x, y, hca, gbps, float(expected) * (1.0 - margin), float(expected), 100 * margin),
+                    "check %s on %s: ibstat and the port counters, the cable to the leaf; reseat or replace the "
+                    "cable or the NIC of that rail" % (hca, " and ".join(named) or "%s and %s" % (x, y)),
+                    list(rail.get("evidence") or [])[-5:] + ["round %s %s <-> %s %s: %.1f Gb/s" % (
+                        pair.get("round", 1), x, y, hca, gbps)])))
     return out

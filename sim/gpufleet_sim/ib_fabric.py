@@ -149,3 +149,33 @@ def write_ports(root, fabric, node, load_s):
         with open(tmp, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
+
+
+# ---- one rail between two nodes: ib_write_bw ------------------------------------------------------------------------
+# The share of a port's line rate RDMA writes of 1 MiB reach (an NDR 4X port: about 392 of 400 Gb/s).
+WRITE_EFFICIENCY = 0.98
+
+
+def rail_width(fabric, node, rail):
+    """The lanes the node's port on that rail trained at (a slow NIC: fewer, as in port_files)."""
+    width = 4
+    for fault in fabric.faults:
+        if fault["kind"] == "slow_nic" and fault.get("node") == node and fault.get("rail") == rail:
+            width = min(width, max(1, int(round(4 * float(fault["factor"])))))
+    return width
+
+
+def rail_write(fabric, client, server, rail, test_id):
+    """{"gbps": float or None, "flapped": bool} of one ib_write_bw between the two nodes' HCAs of one rail: the slower
+    port's rate, a bad cable's and a bad leaf's factors (when the pair crosses it), the noise; a flapping port on the
+    rail drops the link during the test with its p_down."""
+    rng = random.Random("%s:%s:%s:%s:%s" % (fabric.seed, test_id, client, server, rail))
+    for fault in fabric.faults:
+        if (fault["kind"] == "flapping_port" and fault["node"] in (client, server) and fault["rail"] == rail
+                and rng.random() < float(fault["p_down"])):
+            return {"gbps": None, "flapped": True}
+    width = min(rail_width(fabric, client, rail), rail_width(fabric, server, rail))
+    cable = min([1.0] + [float(f["factor"]) for f in fabric.faults if f["kind"] == "bad_cable"
+                         and f["node"] in (client, server) and f["rail"] == rail])
+    figure = LANE_GBPS * width * WRITE_EFFICIENCY * cable * fabric.path_factor(client, server)
+    return {"gbps": round(figure * rng.gauss(1.0, fabric.noise), 2), "flapped": False}

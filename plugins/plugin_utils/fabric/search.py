@@ -105,7 +105,7 @@ def start(leaves, seed=0):
 
 def record(result, answers, t, max_rounds=4):
     """Record the answers to result["plan"] as the next round, then plan the one after (result["plan"]: [] when the
-    search is done). answers: [{"nodes": [a, b], "busbw_gbps", "error", "evidence"}]; a planned pair without an
+    search is done). answers: [{"nodes": [a, b], "busbw_gbps", "error", "evidence", "rails" (optional)}]; a planned pair without an
     answer is recorded as an error (never evidence against anyone)."""
     by_pair = dict((tuple(a["nodes"]), a) for a in answers or [])
     result["rounds"] += 1
@@ -113,6 +113,8 @@ def record(result, answers, t, max_rounds=4):
         answer = by_pair.get((a, b)) or {"error": "the pair test gave no answer", "busbw_gbps": None}
         result["pairs"].append({"nodes": [a, b], "round": result["rounds"], "busbw_gbps": answer.get("busbw_gbps"),
                                 "error": answer.get("error"), "evidence": list(answer.get("evidence") or [])})
+        if answer.get("rails") is not None:  # the pair's per-rail ib_write_bw, where the nodes have InfiniBand
+            result["pairs"][-1]["rails"] = list(answer["rails"])
     result["plan"] = [list(p) for p in next_round(result, t)] if result["rounds"] < max_rounds else []
     return result
 
