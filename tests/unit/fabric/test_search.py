@@ -66,6 +66,13 @@ def test_a_bad_leaf_is_blamed_not_its_nodes():
     assert list(a["leaves_blamed"]) == ["leaf4"] and a["accused"] == {} and result["rounds"] <= 2
 
 
+def test_a_bad_node_on_a_bad_leaf_is_accused_and_the_leaf_blamed():
+    result, a = run(fleet(), [{"kind": "bad_leaf", "leaf": "leaf4", "factor": 0.5},
+                              {"kind": "bad_cable", "node": "l4n2", "rail": 1, "factor": 0.6}])
+    assert list(a["leaves_blamed"]) == ["leaf4"] and list(a["accused"]) == ["l4n2"] and result["rounds"] <= 4
+    assert judge_fabric.judge(result, T) and not a["unresolved"]
+
+
 def test_a_flapping_port_is_an_error_never_an_accusation():
     result, a = run(fleet(), [{"kind": "flapping_port", "node": "l1n1", "rail": 3, "p_down": 1.0}])
     errors = [p for p, s in zip(result["pairs"], a["status"], strict=True) if s == "error"]
