@@ -47,6 +47,8 @@ CODES = {
     "FABRIC_RAIL_SLOW": ("warn", "one InfiniBand rail of a pair (ib_write_bw between the two nodes' HCAs of that rail) "
                                  "below gpufleet_fabric_rail_write_gbps by more than gpufleet_fabric_slow_margin"),
     "FABRIC_RAIL_ERROR": ("error", "a rail's ib_write_bw that could not run or gave no figure: neither node is accused"),
+    "FABRIC_GROUP_SLOW": ("fail", "a group of nodes (a leaf's, bisected) slow together while each half of it passes: a "
+                                  "fault that shows only at scale"),
     "FABRIC_NO_BASELINE": ("error", "no baseline: gpufleet_fabric_pair_busbw_gbps unset and too few pair figures "
                                     "for the run's own median"),
 }
@@ -181,11 +183,25 @@ def analyse(result, t):
             "unresolved": unresolved}
 
 
+def analyse_groups(groups, floor):
+    """The bisection's rule (docs/fabric.md): {status [per group], slow [index], at_scale [{group, halves}]}: a slow
+    group both of whose halves ran and passed is where the fault shows, at that size and not below."""
+    states = [status(g, floor) for g in groups]
+    index = dict((tuple(sorted(g["nodes"])), i) for i, g in enumerate(groups))
+    at_scale = []
+    for i, group in enumerate(groups):
+        nodes = sorted(group["nodes"])
+        halves = [index.get(tuple(nodes[:len(nodes) // 2])), index.get(tuple(nodes[len(nodes) // 2:]))]
+        if states[i] == "slow" and None not in halves and all(states[j] == "pass" for j in halves):
+            at_scale.append({"group": i, "halves": halves})
+    return {"status": states, "slow": [i for i, s in enumerate(states) if s == "slow"], "at_scale": at_scale}
+
+
 def _line(pair, state):
-    a, b = pair["nodes"]
+    """One test's evidence line: a pair's two nodes, or a group's."""
     figure = _figure(pair)
     shown = "%.1f GB/s" % figure if figure is not None else "no figure (%s)" % (pair.get("error") or "none")
-    return "round %s %s <-> %s: %s %s" % (pair.get("round", 1), a, b, shown, state)
+    return "round %s %s: %s %s" % (pair.get("round", 1), " <-> ".join(pair["nodes"]), shown, state)
 
 
 def _where(node, leaves):
@@ -242,6 +258,15 @@ def attributed(result, t, host="the fabric"):
             % (x, y, floor), "rerun the fabric search; if the pair stays slow check the path between %s and %s "
             "(both nodes' ports and the switches between them)" % (x, y), [_line(pairs[i], "slow")])))
     out.extend(_rails(pairs, a, t, in_doubt))
+    groups = result.get("groups") or []
+    for seen in analyse_groups(groups, a["floor"])["at_scale"]:
+        group = groups[seen["group"]]
+        out.append(([], finding(
+            "fail", "FABRIC_GROUP_SLOW", "the %d nodes %s together are below %s, each half of them passes: a fault "
+            "that shows only at scale" % (len(group["nodes"]), ", ".join(sorted(group["nodes"])), floor),
+            "check the switch these nodes share under load (its buffers, firmware, congestion control and logs); no "
+            "single node is accused", [_line(groups[j], "pass") for j in seen["halves"]]
+            + [_line(group, "slow")])))
     history = result.get("link_history") or {}
     for i, pair in enumerate(pairs):
         seen = history.get("|".join(sorted(pair["nodes"]))) or {}

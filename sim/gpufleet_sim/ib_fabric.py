@@ -7,7 +7,9 @@ A fabric file (JSON; GPUFLEET_SIM_FABRIC names it for the stand-ins, the bench b
               {"kind": "bad_cable", "node": n, "rail": r, "factor": 0.6},       node <-> leaf cable: symbol errors,
                                                                                 retransmits, lower throughput
               {"kind": "flapping_port", "node": n, "rail": r, "p_down": 0.5},   the link drops during a test
-              {"kind": "bad_leaf", "leaf": l, "factor": 0.5}],                  the leaf's uplinks to the spine
+              {"kind": "bad_leaf", "leaf": l, "factor": 0.5},                   the leaf's uplinks to the spine
+              {"kind": "scale_leaf", "leaf": l, "min_nodes": 6, "factor": 0.5}], the leaf slows only when a test
+                                                                                has min_nodes of its nodes at once
    "down": [node, ...],   nodes SSH cannot reach: the stand-in mpirun fails to start its daemon there (Open MPI's error)
    "hung": [node, ...]}   nodes whose pair tests never finish (a stuck collective): the caller's timeout must end them
 A two-node all_reduce over 8 rails runs every rail at once and waits for the slowest, so a pair's bus bandwidth is a
@@ -24,7 +26,8 @@ import random
 # The share of a rail's line rate a healthy two-node all_reduce reaches as bus bandwidth.
 PAIR_EFFICIENCY = 0.92
 KINDS = {"slow_nic": ("node", "rail", "factor"), "bad_cable": ("node", "rail", "factor"),
-         "flapping_port": ("node", "rail", "p_down"), "bad_leaf": ("leaf", "factor")}
+         "flapping_port": ("node", "rail", "p_down"), "bad_leaf": ("leaf", "factor"),
+         "scale_leaf": ("leaf", "min_nodes", "factor")}
 # What NCCL prints when a peer's link goes away mid-collective (ncclRemoteError).
 REMOTE_ERROR = "remote process exited or there was a network error"
 
@@ -84,6 +87,26 @@ class Fabric:
             return 1.0
         return min([1.0] + [float(f["factor"]) for f in self.faults
                             if f["kind"] == "bad_leaf" and f["leaf"] in (la, lb)])
+
+    def group(self, nodes, test_id):
+        """{"busbw_gbps", "error", "flapped"} of one all_reduce over many nodes at once (a bisection step): the worst
+        node, a crossed bad leaf, a scale_leaf when the test has at least its min_nodes on that leaf, the noise."""
+        nodes = sorted(nodes)
+        rng = random.Random("%s:%s:group:%s" % (self.seed, test_id, ",".join(nodes)))
+        flapped = [(f["node"], f["rail"]) for f in self.faults
+                   if f["kind"] == "flapping_port" and f["node"] in nodes and rng.random() < float(f["p_down"])]
+        if flapped:
+            return {"busbw_gbps": None, "error": REMOTE_ERROR, "flapped": flapped}
+        leaves = set(self.leaf_of.get(n) for n in nodes)
+        factor = min(self.node_factor(n) for n in nodes)
+        for fault in self.faults:
+            on_leaf = sum(self.leaf_of.get(n) == fault.get("leaf") for n in nodes)
+            if fault["kind"] == "bad_leaf" and len(leaves) > 1 and on_leaf:
+                factor = min(factor, float(fault["factor"]))
+            elif fault["kind"] == "scale_leaf" and on_leaf >= int(fault["min_nodes"]):
+                factor = min(factor, float(fault["factor"]))
+        return {"busbw_gbps": round(self.healthy_gbps() * factor * rng.gauss(1.0, self.noise), 2), "error": None,
+                "flapped": []}
 
     def pair(self, a, b, test_id):
         """{"busbw_gbps": float or None, "error": str or None, "flapped": [(node, rail)]} of one pair test."""
