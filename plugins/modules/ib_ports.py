@@ -107,6 +107,9 @@ def main():
                            baseline=dict(type="list", elements="dict"), **THRESHOLD_OPTIONS),
         supports_check_mode=True,
     )
+    if not os.path.isabs(module.params["root"]) or any(ord(c) < 32 for c in module.params["root"]):
+        module.fail_json(msg="root: %r is not an absolute path (gpufleet_ib_sysfs_root, e.g. /sys/class/infiniband)"
+                         % module.params["root"])
     t = given_thresholds(module)
     try:
         baseline = ib_sysfs.counters_by_port(module.params["baseline"])

@@ -43,6 +43,8 @@ def test_a_port_gone_after_the_load_fails_and_a_malformed_baseline_is_refused(tm
     assert "port mlx5_1/1 was there before the load and is gone after it" in after["reasons"][0]
     bad = run_module("ib_ports", {"root": str(FIX / "ndr_ok"), "baseline": [{"hca": "../x", "port": 1, "counters": {}}]})
     assert bad["failed"] and "baseline: entry 0 is not a port read" in bad["msg"]
+    relative = run_module("ib_ports", {"root": "sys/class/infiniband"})
+    assert relative["failed"] and "root: 'sys/class/infiniband' is not an absolute path" in relative["msg"]
 
 
 def test_the_simulated_ports_follow_the_fabric_and_rise_with_the_load(tmp_path):
