@@ -3,7 +3,7 @@ after the load, each finding on the right node and port: fab-node06's slow NIC t
 cable whose symbol errors rise during the burn; a healthy node's ports pass."""
 
 import pytest
-from helpers.playbook_runner import codes, nodes_by_host, run_playbook
+from helpers.playbook_runner import nodes_by_host, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -27,12 +27,15 @@ def test_the_slow_nic_is_a_port_trained_down_on_its_rail(report):
 
 def test_the_marginal_cable_s_errors_rise_during_the_burn(report):
     node = report["fab-node03"]
-    assert codes(node) == {"IB_ERRORS_RISING"} and node["verdict"] == "warn", node["findings"]
-    finding = node["findings"][0]
+    found = [f for f in node["findings"] if f["check"] == "ib_ports"]
+    assert [f["code"] for f in found] == ["IB_ERRORS_RISING"], node["findings"]
+    finding = found[0]
     assert finding["message"].startswith("fab-node03: mlx5_5 port 1 error counters rose under load: port_rcv_errors +")
     assert any(line.startswith("mlx5_5 port 1 symbol_error: 2 -> ") for line in finding["evidence"])
 
 
 def test_a_healthy_node_s_ports_pass(report):
-    assert report["fab-node01"]["checks"]["ib_ports"]["verdict"] == "pass"
-    assert report["fab-node01"]["verdict"] == "pass", report["fab-node01"]["findings"]
+    # Only its InfiniBand check: the compressed burn's other checks are not what this file is about.
+    node = report["fab-node01"]
+    assert node["checks"]["ib_ports"]["verdict"] == "pass"
+    assert [f for f in node["findings"] if f["check"] == "ib_ports"] == []
