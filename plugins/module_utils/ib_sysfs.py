@@ -114,3 +114,22 @@ def _port(hca, number, path, problems):
     for counter in ERROR_COUNTERS:
         port["counters"][counter] = parse_counter(_read(os.path.join(path, "counters", counter)))
     return port
+
+
+def port_key(port):
+    """"<hca>/<port>": how two reads of the same port are joined (never by position)."""
+    return "%s/%s" % (port.get("hca"), port.get("port"))
+
+
+def counters_by_port(ports):
+    """{"<hca>/<port>": counters} of an earlier read's ports; None for no read. ValueError names a malformed entry."""
+    if ports is None:
+        return None
+    out = {}
+    for i, port in enumerate(ports):
+        if not isinstance(port, dict) or not _NAME.match(str(port.get("hca") or "")) \
+                or not isinstance(port.get("port"), int) or not isinstance(port.get("counters"), dict):
+            raise ValueError("entry %d is not a port read (hca, port, counters): %r" % (i, port))
+        out[port_key(port)] = dict((k, v) for k, v in port["counters"].items()
+                                   if k in ERROR_COUNTERS and (v is None or isinstance(v, int)))
+    return out

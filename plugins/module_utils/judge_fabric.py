@@ -17,7 +17,8 @@ The decision rule, and its false-accusation control:
 turns it into findings. Stdlib only.
 
 The result it reads: {"pairs": [{"nodes": [a, b], "round": n, "busbw_gbps": float or None, "error": str or None,
-"evidence": [lines]}], "leaves": {node: leaf or None}, "link_history": {"a|b" (a < b): {"median_gbps", "runs"}}}
+"evidence": [lines], "rails": [{"hca", "gbps" (ib_write_bw, Gb/s) or None, "error", "evidence"}] where the nodes have
+InfiniBand}], "leaves": {node: leaf or None}, "link_history": {"a|b" (a < b): {"median_gbps", "runs"}}}
 (link_history: the fleet report adds it from the history).
 """
 
@@ -30,7 +31,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common impo
 
 CHECK = "fabric"
 THRESHOLDS = ("gpufleet_fabric_pair_busbw_gbps", "gpufleet_fabric_slow_margin", "gpufleet_fabric_accuse_partners",
-              "gpufleet_fabric_leaf_min_crossing")
+              "gpufleet_fabric_leaf_min_crossing", "gpufleet_fabric_rail_write_gbps")
 
 CODES = {
     "FABRIC_NODE_SLOW": ("fail", "a node slow with gpufleet_fabric_accuse_partners different proven partners and "
@@ -43,6 +44,11 @@ CODES = {
     "FABRIC_LINK_DEGRADED": ("warn", "a pair that passed, but below its own link's median of at least "
                                      "LINK_MIN_RUNS earlier runs by more than gpufleet_fabric_slow_margin: a link "
                                      "slower than it used to be"),
+    "FABRIC_RAIL_SLOW": ("warn", "one InfiniBand rail of a pair (ib_write_bw between the two nodes' HCAs of that rail) "
+                                 "below gpufleet_fabric_rail_write_gbps by more than gpufleet_fabric_slow_margin"),
+    "FABRIC_RAIL_ERROR": ("error", "a rail's ib_write_bw that could not run or gave no figure: neither node is accused"),
+    "FABRIC_GROUP_SLOW": ("fail", "a group of nodes (a leaf's, bisected) slow together while each half of it passes: a "
+                                  "fault that shows only at scale"),
     "FABRIC_NO_BASELINE": ("error", "no baseline: gpufleet_fabric_pair_busbw_gbps unset and too few pair figures "
                                     "for the run's own median"),
 }
@@ -90,30 +96,25 @@ def status(pair, floor):
     return "slow" if value < floor else "pass"
 
 
-def analyse(result, t):
-    """The rule applied to every pair so far: {baseline, floor, source, status [per pair], proven,
-    leaves_blamed {leaf: {crossing, inside}}, accused {node: [pair index]}, slow_partners {node: set},
-    suspects [nodes the next round tests], unresolved [pair index]}."""
-    pairs = result.get("pairs") or []
-    leaves = result.get("leaves") or {}
-    margin = float(t.get("gpufleet_fabric_slow_margin"))
-    need = int(t.get("gpufleet_fabric_accuse_partners"))
-    min_crossing = int(t.get("gpufleet_fabric_leaf_min_crossing"))
-    base, source = baseline(pairs, t)
-    floor = base * (1.0 - margin) if base is not None else None
-    states = [status(p, floor) for p in pairs]
-    passed = set(n for i, p in enumerate(pairs) if states[i] == "pass" for n in p["nodes"])
+def _leaf_names(leaves):
+    return sorted(set(v for v in leaves.values() if v))
 
-    blamed = {}
-    for leaf in sorted(set(v for v in leaves.values() if v)):
-        crossing = [i for i, p in enumerate(pairs) if states[i] != "error"
-                    and sum(leaves.get(n) == leaf for n in p["nodes"]) == 1]
-        inside = [i for i, p in enumerate(pairs) if states[i] != "error"
-                  and all(leaves.get(n) == leaf for n in p["nodes"])]
-        if (len(crossing) >= min_crossing and all(states[i] == "slow" for i in crossing)
-                and inside and not any(states[i] == "slow" for i in inside)):
-            blamed[leaf] = {"crossing": crossing, "inside": inside}
 
+def _leaf_rule(leaf, pairs, states, leaves, min_crossing, without):
+    """{crossing, inside} pair indexes when the leaf is to blame: at least min_crossing pairs cross it, all slow, and
+    pairs inside it ran, none slow; pairs with a node of `without` (the leaf's accused nodes) left out. None otherwise."""
+    ran = [i for i, p in enumerate(pairs) if states[i] != "error" and not any(n in without for n in p["nodes"])]
+    crossing = [i for i in ran if sum(leaves.get(n) == leaf for n in pairs[i]["nodes"]) == 1]
+    inside = [i for i in ran if all(leaves.get(n) == leaf for n in pairs[i]["nodes"])]
+    if (len(crossing) >= min_crossing and all(states[i] == "slow" for i in crossing)
+            and inside and not any(states[i] == "slow" for i in inside)):
+        return {"crossing": crossing, "inside": inside}
+    return None
+
+
+def _accuse(pairs, states, leaves, passed, need, blamed):
+    """({accused node: [slow pair index]}, {node: proven slow partners}) with the blamed leaves' crossing pairs
+    explained (evidence against nobody)."""
     explained = set(i for seen in blamed.values() for i in seen["crossing"])
     slow_partners, slow_pairs = {}, {}
     for i, pair in enumerate(pairs):
@@ -129,6 +130,40 @@ def analyse(result, t):
     accused = dict((node, slow_pairs[node]) for node, partners in slow_partners.items()
                    if len(partners) >= need and node not in passed
                    and (not leaves.get(node) or any(leaves.get(p) == leaves[node] for p in partners)))
+    return accused, slow_partners
+
+
+def analyse(result, t):
+    """The rule applied to every pair so far: {baseline, floor, source, status [per pair], proven,
+    leaves_blamed {leaf: {crossing, inside}}, accused {node: [pair index]}, slow_partners {node: set},
+    suspects [nodes the next round tests], unresolved [pair index]}."""
+    pairs = result.get("pairs") or []
+    leaves = result.get("leaves") or {}
+    margin = float(t.get("gpufleet_fabric_slow_margin"))
+    need = int(t.get("gpufleet_fabric_accuse_partners"))
+    min_crossing = int(t.get("gpufleet_fabric_leaf_min_crossing"))
+    base, source = baseline(pairs, t)
+    floor = base * (1.0 - margin) if base is not None else None
+    states = [status(p, floor) for p in pairs]
+    passed = set(n for i, p in enumerate(pairs) if states[i] == "pass" for n in p["nodes"])
+
+    blamed = dict((leaf, seen) for leaf, seen in
+                  ((leaf, _leaf_rule(leaf, pairs, states, leaves, min_crossing, ())) for leaf in _leaf_names(leaves))
+                  if seen)
+    accused, slow_partners = _accuse(pairs, states, leaves, passed, need, blamed)
+    # A bad node on a bad leaf: its slow pairs inside the leaf keep the plain rule from blaming the leaf. The rule
+    # holds again without the pairs of the leaf's accused nodes, and the leaf is blamed when those nodes stay accused
+    # on the rest of their evidence (the leaf's crossing pairs then count against nobody).
+    for leaf in _leaf_names(leaves):
+        without = [n for n in accused if leaves.get(n) == leaf]
+        seen = _leaf_rule(leaf, pairs, states, leaves, min_crossing, without) if leaf not in blamed and without else None
+        if not seen:
+            continue
+        trial = dict(blamed, **{leaf: seen})
+        still, partners = _accuse(pairs, states, leaves, passed, need, trial)
+        if all(n in still for n in without):
+            blamed, accused, slow_partners = trial, still, partners
+    explained = set(i for seen in blamed.values() for i in seen["crossing"])
 
     # Who the next round tests: members of slow pairs (explained by a leaf or not: a leaf's verdict is confirmed by
     # its nodes passing inside it), members of errored pairs (up to MAX_ERRORS errors each: a node that keeps
@@ -148,11 +183,25 @@ def analyse(result, t):
             "unresolved": unresolved}
 
 
+def analyse_groups(groups, floor):
+    """The bisection's rule (docs/fabric.md): {status [per group], slow [index], at_scale [{group, halves}]}: a slow
+    group both of whose halves ran and passed is where the fault shows, at that size and not below."""
+    states = [status(g, floor) for g in groups]
+    index = dict((tuple(sorted(g["nodes"])), i) for i, g in enumerate(groups))
+    at_scale = []
+    for i, group in enumerate(groups):
+        nodes = sorted(group["nodes"])
+        halves = [index.get(tuple(nodes[:len(nodes) // 2])), index.get(tuple(nodes[len(nodes) // 2:]))]
+        if states[i] == "slow" and None not in halves and all(states[j] == "pass" for j in halves):
+            at_scale.append({"group": i, "halves": halves})
+    return {"status": states, "slow": [i for i, s in enumerate(states) if s == "slow"], "at_scale": at_scale}
+
+
 def _line(pair, state):
-    a, b = pair["nodes"]
+    """One test's evidence line: a pair's two nodes, or a group's."""
     figure = _figure(pair)
     shown = "%.1f GB/s" % figure if figure is not None else "no figure (%s)" % (pair.get("error") or "none")
-    return "round %s %s <-> %s: %s %s" % (pair.get("round", 1), a, b, shown, state)
+    return "round %s %s: %s %s" % (pair.get("round", 1), " <-> ".join(pair["nodes"]), shown, state)
 
 
 def _where(node, leaves):
@@ -208,6 +257,16 @@ def attributed(result, t, host="the fabric"):
             "warn", "FABRIC_PAIR_SLOW", "pair %s <-> %s: below %s, but neither node nor a leaf is proven at fault"
             % (x, y, floor), "rerun the fabric search; if the pair stays slow check the path between %s and %s "
             "(both nodes' ports and the switches between them)" % (x, y), [_line(pairs[i], "slow")])))
+    out.extend(_rails(pairs, a, t, in_doubt))
+    groups = result.get("groups") or []
+    for seen in analyse_groups(groups, a["floor"])["at_scale"]:
+        group = groups[seen["group"]]
+        out.append(([], finding(
+            "fail", "FABRIC_GROUP_SLOW", "the %d nodes %s together are below %s, each half of them passes: a fault "
+            "that shows only at scale" % (len(group["nodes"]), ", ".join(sorted(group["nodes"])), floor),
+            "check the switch these nodes share under load (its buffers, firmware, congestion control and logs); no "
+            "single node is accused", [_line(groups[j], "pass") for j in seen["halves"]]
+            + [_line(group, "slow")])))
     history = result.get("link_history") or {}
     for i, pair in enumerate(pairs):
         seen = history.get("|".join(sorted(pair["nodes"]))) or {}
@@ -231,4 +290,33 @@ def attributed(result, t, host="the fabric"):
                 % (x, y, pair.get("error") or "no bus bandwidth"),
                 "make the pair test run between %s and %s (SSH, mpirun, the test binary on both), then rerun the "
                 "fabric search" % (x, y), list(pair.get("evidence") or [])[-5:] + [_line(pair, "error")])))
+    return out
+
+
+def _rails(pairs, a, t, in_doubt):
+    """[(subjects, finding)] of the pairs' per-rail ib_write_bw figures against gpufleet_fabric_rail_write_gbps: a
+    slow rail names the pair's accused node when it has one (which rail of the culprit), else its nodes in doubt."""
+    expected = t.get("gpufleet_fabric_rail_write_gbps")
+    margin = float(t.get("gpufleet_fabric_slow_margin"))
+    out = []
+    for pair in pairs:
+        x, y = pair["nodes"]
+        named = [n for n in (x, y) if n in a["accused"]] or in_doubt([x, y])
+        for rail in pair.get("rails") or []:
+            gbps, hca = rail.get("gbps"), rail.get("hca")
+            if rail.get("error") or not isinstance(gbps, (int, float)) or isinstance(gbps, bool):
+                out.append((in_doubt([x, y]), finding(
+                    "error", "FABRIC_RAIL_ERROR", "pair %s <-> %s rail %s: ib_write_bw gave no figure (%s): neither "
+                    "node is accused" % (x, y, hca, rail.get("error") or "no bandwidth"),
+                    "make ib_write_bw run between %s and %s on %s (perftest installed on both, the HCA up, the "
+                    "server reachable), then rerun the fabric search" % (x, y, hca), list(rail.get("evidence") or [])[-5:])))
+            elif expected is not None and gbps < float(expected) * (1.0 - margin):
+                out.append((named, finding(
+                    "warn", "FABRIC_RAIL_SLOW", "pair %s <-> %s rail %s: %.1f Gb/s, below %.1f Gb/s "
+                    "(gpufleet_fabric_rail_write_gbps %g less %g%%)" % (
+                        x, y, hca, gbps, float(expected) * (1.0 - margin), float(expected), 100 * margin),
+                    "check %s on %s: ibstat and the port counters, the cable to the leaf; reseat or replace the "
+                    "cable or the NIC of that rail" % (hca, " and ".join(named) or "%s and %s" % (x, y)),
+                    list(rail.get("evidence") or [])[-5:] + ["round %s %s <-> %s %s: %.1f Gb/s" % (
+                        pair.get("round", 1), x, y, hca, gbps)])))
     return out

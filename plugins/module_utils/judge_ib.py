@@ -14,12 +14,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding
+from ansible_collections.kentino.gpufleet.plugins.module_utils.ib_sysfs import port_key
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
 
 CHECK = "ib_ports"
 THRESHOLDS = ("gpufleet_ib_expected_rate_gbps", "gpufleet_ib_expected_width", "gpufleet_ib_error_rise_max")
 CODES = {
-    "IB_PORT_DOWN": ("fail", "a port not ACTIVE/LinkUp"),
+    "IB_PORT_DOWN": ("fail", "a port not ACTIVE/LinkUp, or gone after the load"),
     "IB_RATE_LOW": ("fail", "a port's rate below gpufleet_ib_expected_rate_gbps: trained down"),
     "IB_WIDTH_LOW": ("fail", "a port's width below gpufleet_ib_expected_width (lanes lost: cable or optic)"),
     "IB_LINK_FLAPPED": ("fail", "link_downed rose during the load: the link went down and came back"),
@@ -40,6 +41,8 @@ def _action(host, port, what):
 
 @judge_door(CHECK)
 def judge(result, t, host):
+    if result.get("not_run"):
+        return []  # no InfiniBand on the node: the check is skipped with that reason, nothing to judge
     ports = result.get("ports") or []
     if not ports:
         why = "; ".join(p.get("message", "") for p in result.get("problems") or []) or "no port in sysfs"
@@ -67,7 +70,7 @@ def judge(result, t, host):
             out.append(finding("fail", "IB_WIDTH_LOW", "%s: %s trained at %dX, below the expected %dX" % (
                 host, _name(port), port["width"], int(width_min)),
                 _action(host, port, "lanes are lost: reseat or replace the cable or optic"), lines))
-        before = baseline.get("%s/%s" % (port.get("hca"), port.get("port")))
+        before = baseline.get(port_key(port))
         if before is None:
             continue
         after = port.get("counters") or {}
@@ -84,4 +87,9 @@ def judge(result, t, host):
                 host, _name(port), ", ".join("%s +%d" % (k, v) for k, v in sorted(rising.items()))),
                 _action(host, port, "symbol and receive errors under load are a marginal cable or optic: clean or "
                                     "replace it"), evidence))
+    seen = set(port_key(p) for p in ports)
+    for key in sorted(set(baseline) - seen):
+        out.append(finding("fail", "IB_PORT_DOWN", "%s: port %s was there before the load and is gone after it" % (
+            host, key), "on %s check the HCA %s (dmesg, the driver) and its cable; then rerun the check under load"
+            % (host, key.split("/")[0]), ["%s: read before the load, missing after it" % key]))
     return out

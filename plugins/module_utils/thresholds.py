@@ -38,6 +38,7 @@ THRESHOLDS = {
     "gpufleet_nccl_min_busbw_fraction": (0.7, "fraction", "Share of the model's reference busbw required", "leaves room for platform variance"),
     "gpufleet_nccl_reference_busbw_gbps": ({}, "gbps_map", "Extra/overriding references: GPU name substring -> GB/s", "your platform's measured baseline"),
     "gpufleet_fabric_pair_busbw_gbps": (None, "number", "Two-node all_reduce busbw baseline of the fabric search, GB/s (unset: the median of the search's first round)", "a two-node all_reduce_perf between two known-good nodes of the platform"),
+    "gpufleet_fabric_rail_write_gbps": (None, "number", "Expected ib_write_bw figure of one InfiniBand rail between two nodes, Gb/s (unset: the rails' figures are reported, not judged)", "ib_write_bw between two known-good nodes of the platform (NDR 4X: about 390)"),
     "gpufleet_fabric_slow_margin": (0.15, "fraction", "Share below the fabric baseline at which a pair test is slow", "five standard deviations of the 3% run-to-run spread of a two-node all_reduce"),
     "gpufleet_fabric_accuse_partners": (2, "int", "Different proven partners a node must be slow with (and never pass) before it is accused", "one slow pair names two nodes; a second good partner names the culprit"),
     "gpufleet_fabric_leaf_min_crossing": (2, "int", "Pairs that must cross a leaf switch, all slow, before the leaf is blamed", "one slow crossing pair could be either end's node"),

@@ -18,6 +18,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import (
     judge_env,
     judge_gpu_burn,
     judge_gpu_health,
+    judge_ib,
     judge_nccl,
     judge_samples,
     judge_snapshot,
@@ -35,6 +36,7 @@ MODULE_JUDGES = {
     "checkpoint_storage": (judge_storage,),
     "training_env_facts": (judge_env,),
     "train_dryrun": (judge_dryrun,),
+    "ib_ports": (judge_ib,),
     "health_snapshot": (judge_snapshot, judge_gpu_health, judge_busy, judge_samples, judge_storage, judge_env,
                         judge_xid),
 }

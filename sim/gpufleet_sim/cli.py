@@ -17,6 +17,7 @@ TOOLS = {
     "smartctl": "storage",
     "torchrun": "torchrun",
     "mpirun": "mpirun",
+    "ib_write_bw": "perftest",
     "systemctl": "services",
     "dpkg-query": "services",
     "nvidia-bug-report.sh": "bug_report",

@@ -16,7 +16,7 @@ import stat
 import time
 import uuid
 
-from . import fabric, klog
+from . import fabric, ib_fabric, klog
 from . import scenario as scenario_mod
 
 MARKER = "node.json"
@@ -51,6 +51,7 @@ class Node:
         self.gpus = self.scen["gpu_list"]
         self.model = self.gpus[0] if self.gpus else {}
         self.hostname = node_name
+        self.fabric_path = env.get("GPUFLEET_SIM_FABRIC") or None
         self.info = self._ensure()
         if self.scen.get("timeline"):
             # What the scenario says changes on the node from a simulated day on (a driver update, a slower GPU).
@@ -132,6 +133,7 @@ class Node:
         self._make_home()
         self.write_mounts()
         fabric.write_platform(self)
+        self.write_ib_ports(0.0)
         self.write_json(MARKER, info)
         return info
 
@@ -297,6 +299,14 @@ class Node:
                 h["load_sim_s"] += max(0.0, min(end, rec["end"]) - rec["start"]) / self.scale
                 h["last_start"], h["last_end"] = rec["start"], end
             self.write_json("load_history.json", hist)
+            self.write_ib_ports(max([h["load_sim_s"] for h in hist.values()] or [0.0]))
+
+    def write_ib_ports(self, load_s):
+        """The node's InfiniBand ports in <state>/sysfs/class/infiniband, from the fabric (GPUFLEET_SIM_FABRIC) after
+        load_s simulated load seconds; nothing for a node without one (no InfiniBand)."""
+        if self.fabric_path:
+            ib_fabric.write_ports(self.path("sysfs", "class", "infiniband"), ib_fabric.Fabric.load(self.fabric_path),
+                                  self.hostname, load_s)
 
     def active_loads(self, now=None):
         now = time.time() if now is None else now

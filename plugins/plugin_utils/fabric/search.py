@@ -105,7 +105,7 @@ def start(leaves, seed=0):
 
 def record(result, answers, t, max_rounds=4):
     """Record the answers to result["plan"] as the next round, then plan the one after (result["plan"]: [] when the
-    search is done). answers: [{"nodes": [a, b], "busbw_gbps", "error", "evidence"}]; a planned pair without an
+    search is done). answers: [{"nodes": [a, b], "busbw_gbps", "error", "evidence", "rails" (optional)}]; a planned pair without an
     answer is recorded as an error (never evidence against anyone)."""
     by_pair = dict((tuple(a["nodes"]), a) for a in answers or [])
     result["rounds"] += 1
@@ -113,6 +113,8 @@ def record(result, answers, t, max_rounds=4):
         answer = by_pair.get((a, b)) or {"error": "the pair test gave no answer", "busbw_gbps": None}
         result["pairs"].append({"nodes": [a, b], "round": result["rounds"], "busbw_gbps": answer.get("busbw_gbps"),
                                 "error": answer.get("error"), "evidence": list(answer.get("evidence") or [])})
+        if answer.get("rails") is not None:  # the pair's per-rail ib_write_bw, where the nodes have InfiniBand
+            result["pairs"][-1]["rails"] = list(answer["rails"])
     result["plan"] = [list(p) for p in next_round(result, t)] if result["rounds"] < max_rounds else []
     return result
 
@@ -125,3 +127,37 @@ def search(leaves, run_round, t, max_rounds=4, seed=0):
     while result["plan"]:
         record(result, run_round(result["rounds"] + 1, [tuple(p) for p in result["plan"]]), t, max_rounds)
     return result
+
+
+def group_plan(leaves, min_size=4):
+    """The bisection's first round: every leaf's nodes as one group (leaves of at least min_size nodes)."""
+    return [nodes for leaf, nodes in sorted(_by_leaf(leaves).items(), key=lambda kv: str(kv[0]))
+            if leaf is not None and len(nodes) >= min_size]
+
+
+def next_groups(groups, floor):
+    """The halves of every slow group not tested yet (a half of fewer than 2 nodes is the pair tests' job)."""
+    tested = set(tuple(sorted(g["nodes"])) for g in groups)
+    plan = []
+    for i in judge_fabric.analyse_groups(groups, floor)["slow"]:
+        nodes = sorted(groups[i]["nodes"])
+        if len(nodes) >= 4:
+            plan += [h for h in (nodes[:len(nodes) // 2], nodes[len(nodes) // 2:]) if tuple(h) not in tested]
+    return plan
+
+
+def bisect(leaves, run_round, floor, max_rounds=4):
+    """Bisection over the leaves for a fault that only shows at scale: round 1 runs every leaf's nodes as one group
+    (all groups at once), each later round both halves of every slow group; a slow group whose halves both pass is
+    judge_fabric's FABRIC_GROUP_SLOW. run_round(round_no, [[nodes]]) -> [{"busbw_gbps", "error"}] in plan order.
+    Returns {"groups": [{"nodes", "round", "busbw_gbps", "error"}], "rounds"}."""
+    groups, plan, rounds = [], group_plan(leaves), 0
+    while plan and rounds < max_rounds:
+        rounds += 1
+        answers = list(run_round(rounds, plan) or [])
+        for i, nodes in enumerate(plan):
+            answer = answers[i] if i < len(answers) else {"error": "the group test gave no answer"}
+            groups.append({"nodes": list(nodes), "round": rounds, "busbw_gbps": answer.get("busbw_gbps"),
+                           "error": answer.get("error")})
+        plan = next_groups(groups, floor)
+    return {"groups": groups, "rounds": rounds}

@@ -25,6 +25,7 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
     env,
     fabric,
     health,
+    ib,
     nccl,
     nvlink,
     reach,
@@ -55,7 +56,8 @@ CONSEQUENCES = {
 
 # Registered results: gpufleet_result_<module> -> the rules file that judges it (the pipeline below orders them).
 CHECKS = (("health_snapshot", snapshot), ("gpu_sample", samples), ("gpu_burn", burn), ("dcgm_diag", dcgm),
-          ("nccl_test", nccl), ("checkpoint_storage", storage), ("training_env_facts", env), ("train_dryrun", dryrun), ("fabric", fabric))
+          ("nccl_test", nccl), ("checkpoint_storage", storage), ("training_env_facts", env), ("train_dryrun", dryrun), ("fabric", fabric),
+          ("ib_ports", ib))
 # Registered results that carry facts judged elsewhere (the GPU table, the XID reads) or the run's own record.
 _OTHER_RESULTS = ("gpu_facts", "xid_facts", "run", "nvlink_facts")
 _FACT_KEYS = ("gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_driver_version", "gpufleet_gpu_problems",

@@ -101,3 +101,28 @@ def test_findings_sit_on_the_rows_of_the_nodes_they_name_and_never_on_a_proven_n
     placed = dict((f["code"] + ":" + ",".join(sorted(f["message"].split(":")[0].split(" ")[-3:])), subjects)
                   for subjects, f in judge_fabric.attributed(result, t))
     assert placed == {"FABRIC_NODE_SLOW:a": ["a"], "FABRIC_PAIR_ERROR:<->,c,e": ["e"]}
+
+
+def test_a_bad_node_on_a_bad_leaf_is_accused_and_the_leaf_still_blamed():
+    # a1 is slow everywhere (inside its leaf too), leaf A's uplinks are slow: the pairs inside A without a1 pass.
+    leaves = dict(("a%d" % i, "A") for i in range(6))
+    leaves.update(("b%d" % i, "B") for i in range(4))
+    leaves.update(("c%d" % i, "C") for i in range(4))
+    pairs = [pair("a0", "a1", 50.0), pair("a2", "a3", 99.0), pair("a4", "b0", 40.0), pair("a5", "c0", 42.0),
+             pair("b1", "b2", 99.0), pair("c1", "c2", 100.0), pair("b3", "c3", 98.0),
+             pair("a1", "a2", 48.0, 2), pair("a0", "a4", 99.0, 2), pair("b0", "b1", 100.0, 2),
+             pair("c0", "c1", 100.0, 2), pair("a5", "a3", 99.0, 2),
+             pair("a1", "a3", 47.0, 3)]
+    a = judge_fabric.analyse({"leaves": leaves, "pairs": pairs}, T)
+    assert list(a["accused"]) == ["a1"] and list(a["leaves_blamed"]) == ["A"]
+    findings = judge_fabric.judge({"leaves": leaves, "pairs": pairs}, T)
+    assert codes(findings) == [("FABRIC_LEAF_SLOW", "fail"), ("FABRIC_NODE_SLOW", "fail")]
+
+
+def test_a_leaf_is_not_blamed_through_an_accused_node_whose_only_evidence_is_crossing_pairs():
+    # Without a1's pairs only one crossing pair is left: fewer than gpufleet_fabric_leaf_min_crossing.
+    leaves = {"a0": "A", "a1": "A", "a2": "A", "a3": "A", "b0": "B", "b1": "B", "c0": "C", "c1": "C"}
+    pairs = [pair("a0", "a1", 50.0), pair("a2", "a3", 99.0), pair("a1", "b0", 40.0), pair("a0", "c0", 40.0),
+             pair("b1", "c1", 99.0), pair("a1", "a2", 45.0, 2), pair("a1", "a3", 45.0, 3)]
+    a = judge_fabric.analyse({"leaves": leaves, "pairs": pairs}, T)
+    assert list(a["accused"]) == ["a1"] and a["leaves_blamed"] == {}

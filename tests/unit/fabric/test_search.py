@@ -66,6 +66,13 @@ def test_a_bad_leaf_is_blamed_not_its_nodes():
     assert list(a["leaves_blamed"]) == ["leaf4"] and a["accused"] == {} and result["rounds"] <= 2
 
 
+def test_a_bad_node_on_a_bad_leaf_is_accused_and_the_leaf_blamed():
+    result, a = run(fleet(), [{"kind": "bad_leaf", "leaf": "leaf4", "factor": 0.5},
+                              {"kind": "bad_cable", "node": "l4n2", "rail": 1, "factor": 0.6}])
+    assert list(a["leaves_blamed"]) == ["leaf4"] and list(a["accused"]) == ["l4n2"] and result["rounds"] <= 4
+    assert judge_fabric.judge(result, T) and not a["unresolved"]
+
+
 def test_a_flapping_port_is_an_error_never_an_accusation():
     result, a = run(fleet(), [{"kind": "flapping_port", "node": "l1n1", "rail": 3, "p_down": 1.0}])
     errors = [p for p, s in zip(result["pairs"], a["status"], strict=True) if s == "error"]
@@ -108,3 +115,31 @@ def test_a_malformed_leaf_name_is_refused_before_any_round_naming_the_host():
     assert search.leaf_errors({"n1": "leaf-01", "n2": None, "n3": "", "n4": 7}) == [
         "host n4: gpufleet_fabric_leaf=7 is not a leaf switch name (letters, digits and ._:-, at most 64): fix it in "
         "host_vars/group_vars"]
+
+
+def test_a_fault_that_shows_only_at_scale_is_bisected_to_the_group_where_it_shows():
+    leaves = fleet(3, 8)
+    by_leaf = {}
+    for node, leaf in leaves.items():
+        by_leaf.setdefault(leaf, []).append(node)
+    fabric = Fabric({"leaves": by_leaf, "noise": 0.03, "seed": 5,
+                     "faults": [{"kind": "scale_leaf", "leaf": "leaf1", "min_nodes": 6, "factor": 0.5}]})
+    pairs, a = run(leaves, fabric.faults)
+    assert a["accused"] == {} and a["leaves_blamed"] == {} and a["unresolved"] == [], "no pair shows it"
+    result = search.bisect(leaves, lambda rnd, plan: [fabric.group(g, rnd) for g in plan], a["floor"])
+    assert result["rounds"] == 2 and [len(g["nodes"]) for g in result["groups"]] == [8, 8, 8, 4, 4]
+    found = judge_fabric.judge(dict(pairs, groups=result["groups"]), T)
+    assert [f["code"] for f in found] == ["FABRIC_GROUP_SLOW"]
+    assert found[0]["message"].startswith("the 8 nodes %s together are below" % ", ".join(sorted(by_leaf["leaf1"])))
+
+
+def test_bisection_narrows_a_slow_node_and_never_blames_a_group_for_it():
+    leaves = fleet(2, 8)
+    by_leaf = {}
+    for node, leaf in leaves.items():
+        by_leaf.setdefault(leaf, []).append(node)
+    fabric = Fabric({"leaves": by_leaf, "noise": 0.0, "faults": [{"kind": "slow_nic", "node": "l0n5", "rail": 2,
+                                                                  "factor": 0.5}]})
+    result = search.bisect(leaves, lambda rnd, plan: [fabric.group(g, rnd) for g in plan], 46.0 * 0.85)
+    assert judge_fabric.analyse_groups(result["groups"], 46.0 * 0.85)["at_scale"] == []
+    assert [sorted(g["nodes"]) for g in result["groups"] if g["round"] == 3] == [["l0n4", "l0n5"], ["l0n6", "l0n7"]]
