@@ -11,7 +11,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     rc, output, report = run_playbook("burn_in", tmp_path_factory.mktemp("burn_in_ib"), inventory="inventories/sim-fabric",
-                                      extra={"gpufleet_sim_time_scale": 0.002},
+                                      # a 300 s burn (3 s real: several 1 s samples inside it) and only the
+                                      # checks around the load; DCGM, NCCL and storage are not this file's subject
+                                      extra={"gpufleet_burn_duration_s": 300, "gpufleet_dcgm_enabled": False,
+                                             "gpufleet_nccl_enabled": False, "gpufleet_checkpoint_path": ""},
                                       args=("-l", "fab-node01,fab-node03,fab-node06,localhost"))
     assert report is not None, output[-4000:]
     return nodes_by_host(report)
@@ -35,7 +38,6 @@ def test_the_marginal_cable_s_errors_rise_during_the_burn(report):
 
 
 def test_a_healthy_node_s_ports_pass(report):
-    # Only its InfiniBand check: the compressed burn's other checks are not what this file is about.
     node = report["fab-node01"]
     assert node["checks"]["ib_ports"]["verdict"] == "pass"
-    assert [f for f in node["findings"] if f["check"] == "ib_ports"] == []
+    assert node["verdict"] == "pass" and node["findings"] == [], node["findings"]
