@@ -23,7 +23,8 @@ PLAY = """
         start:
           module: ansible.builtin.command
           args:
-            argv: [sh, -c, 'sleep 2; echo "$$ done"']
+            # 6 s, not 2: under a loaded machine the first poll's own start took 2 s (one poll then sufficed)
+            argv: [sh, -c, 'sleep 6; echo "$$ done"']
             chdir: "{{ omit }}"
         label: demo
         poll: 1
@@ -80,8 +81,8 @@ def test_start_and_wait_in_one_task(tmp_path, mode):
             assert "polls" not in job
         else:
             assert job["finished"] is True and job["rc"] == 0 and job["stdout"].endswith(" done"), job
-            assert job["polls"] >= 2, "a 2 s job with 1 s polls is waited for on the node, more than once"
-            assert job["cmd"] == ["sh", "-c", 'sleep 2; echo "$$ done"'], job
+            assert job["polls"] >= 2, "a 6 s job with 1 s polls is waited for on the node, more than once"
+            assert job["cmd"] == ["sh", "-c", 'sleep 6; echo "$$ done"'], job
             # the lease of the run was refreshed by the polls
             assert (tmp_path / "state" / "runs" / "run-1" / "lease").exists(), node
         assert refused["failed"] is True and "duration must be at least 1 second" in refused["msg"], refused
