@@ -7,6 +7,7 @@ once on one worker; files that read the same session run (the demo's burn-in) sh
 
 import pytest
 from helpers.playbook_runner import run_playbook
+from helpers.real_slurm import RealSlurm, unavailable
 
 
 # Before xdist reads the groups (its own hook of the same name turns them into node ids).
@@ -25,3 +26,14 @@ def burn_in_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def preflight_run(tmp_path_factory):
     return run_playbook("preflight", tmp_path_factory.mktemp("preflight"))
+
+
+@pytest.fixture(scope="session")
+def real_slurm():
+    """One real Slurm (munged, slurmctld, three slurmd: tests/helpers/real_slurm.py) for the files of the xdist group
+    "real_slurm"; skipped, with the reason, where it cannot run (not root); an error as root without the packages."""
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    with RealSlurm() as cluster:
+        yield cluster
