@@ -62,7 +62,7 @@ def free_ports(count):
 
 def wait_for(condition, timeout_s, what):
     """Poll condition() until it returns something true; its last value or TimeoutError naming `what`."""
-    deadline, pause = time.monotonic() + timeout_s, 0.02
+    deadline, pause = time.monotonic() + timeout_s, 0.05
     while True:
         value = condition()
         if value:
@@ -70,7 +70,7 @@ def wait_for(condition, timeout_s, what):
         if time.monotonic() > deadline:
             raise TimeoutError("real Slurm: %s did not happen within %s s" % (what, timeout_s))
         time.sleep(pause)
-        pause = min(pause * 1.5, 0.25)  # each look is a Slurm RPC: look often at first, then less
+        pause = min(pause * 1.5, 0.3)  # each look is a Slurm RPC: look often at first, then less
 
 
 class RealSlurm:

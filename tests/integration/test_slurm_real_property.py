@@ -18,7 +18,7 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import li
 from helpers.slurm_loop import LOOP_EVENTS, Loop
 from helpers.slurmctld_model import Slurmctld
 
-pytestmark = pytest.mark.xdist_group("real_slurm")
+pytestmark = [pytest.mark.xdist_group("real_slurm"), pytest.mark.slow]
 SEQUENCES = 201
 CHOICES = [("job_start", [1, 2]), ("job_end", [None]),
            ("admin_drain", ["bad dimm", "maintenance", "gpufleet-ish but not ours"]), ("admin_resume", [None]),
@@ -39,14 +39,14 @@ class RealLoop(Loop):
 
     def __init__(self, real, node, events):
         Loop.__init__(self, Slurmctld(node, cpus=real.cpus), events, run=self.twin)
-        self.real, self.job_ids, self.foreign_resumes = real, [], []
+        self.real, self.job_ids, self.foreign_resumes, self.shown = real, [], [], None
 
     def twin(self, argv, timeout_s):
-        if argv[1:2] == ["update"] and "state=resume" in argv:
-            shown = parse_node(self.real.check("scontrol", "show", "node", "-o", self.node))
-            if not shown["owned"]:
-                self.foreign_resumes.append(shown["reason"])
+        if argv[1:2] == ["update"] and "state=resume" in argv and not self.shown["owned"]:
+            self.foreign_resumes.append(self.shown["reason"])  # as slurmctld showed it just before (release())
         model, real = self.ctld.run(argv, timeout_s), self.real.run(argv, timeout_s)
+        if real[0] == 0 and argv[1:3] == ["show", "node"]:
+            self.shown = parse_node(real[1])
         if (model[0] == 0) != (real[0] == 0):
             raise Disagreement("%s: model rc %s (%s), real rc %s (%s)" % (argv, model[0], model[2].strip(), real[0],
                                                                           real[2].strip()))
