@@ -62,7 +62,7 @@ def free_ports(count):
 
 def wait_for(condition, timeout_s, what):
     """Poll condition() until it returns something true; its last value or TimeoutError naming `what`."""
-    deadline, pause = time.monotonic() + timeout_s, 0.05
+    deadline, pause = time.monotonic() + timeout_s, 0.1
     while True:
         value = condition()
         if value:
@@ -74,7 +74,7 @@ def wait_for(condition, timeout_s, what):
 
 
 class RealSlurm:
-    def __init__(self, nodes=("gf1", "gf2", "gf3", "gf4"), cpus=2, gpus=2):
+    def __init__(self, nodes=("gf1", "gf2", "gf3", "gf4", "gf5", "gf6"), cpus=2, gpus=2):
         self.nodes, self.cpus, self.gpus = tuple(nodes), cpus, gpus
         self.root = Path(tempfile.mkdtemp(prefix="gfslurm-", dir="/tmp"))  # short: unix socket paths
         self.root.chmod(0o711)  # munged wants its socket's directories searchable by all

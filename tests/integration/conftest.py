@@ -30,7 +30,7 @@ def preflight_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def real_slurm():
-    """One real Slurm (munged, slurmctld, three slurmd: tests/helpers/real_slurm.py) for the files of the xdist group
+    """One real Slurm (munged, slurmctld, six slurmd: tests/helpers/real_slurm.py) for the files of the xdist group
     "real_slurm"; skipped, with the reason, where it cannot run (not root); an error as root without the packages."""
     why = unavailable()
     if why:
