@@ -170,3 +170,10 @@ def test_the_real_check_catches_a_policy_that_repairs_while_a_job_runs(cluster, 
     problems = check_sequence(cluster, "gf2", [("job_start", 1), ("failure", "XID_CRITICAL"), ("repair", None)])
     assert problems == ["a repair was decided while a job ran"]
 
+
+
+def test_the_twin_catches_a_model_that_differs_from_slurm(cluster, monkeypatch):
+    """A model that starts jobs on a drained node: the real slurmctld refuses the job, and the twin says so."""
+    monkeypatch.setattr(Slurmctld, "job_start", lambda self, cpus: self.jobs.append(cpus))
+    problems = check_sequence(cluster, "gf3", [("failure", "XID_CRITICAL"), ("job_start", 1)])
+    assert problems == ["model and Slurm disagree: job of 1 CPUs: model started it: True, real: False"]
