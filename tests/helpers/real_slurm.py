@@ -13,6 +13,7 @@ own slurm.conf, gres.conf, key, state, spool, logs), on free loopback ports, as 
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -218,14 +219,11 @@ class RealSlurm:
         return next(w for w in (shown or self.show(node)).split() if w.startswith("State="))[len("State="):]
 
     def jobs(self, node=None):
-        """Job ids (oldest first) on the node or asking for it (pending ones included), all nodes with None."""
-        out = self.check("squeue", "-h", "-o", "%i %N %T %r")
-        ids = []
-        for line in out.splitlines():
-            job, *rest = line.split(None, 1)
-            if node is None or node in (rest[0] if rest else ""):
-                ids.append(int(job))
-        return sorted(ids)
+        """Job ids (oldest first) on the node or waiting for it (a pending job's reason names it), all with None.
+        The tests' jobs are on one node each (-N1), so %N is one name."""
+        out = self.check("squeue", "-h", "-o", "%i %N %r")
+        return sorted(int(line.split()[0]) for line in out.splitlines()
+                      if node is None or node in re.split(r"[\s,:]+", line)[1:])
 
     def allocate(self, node, cpus):
         """A job that holds `cpus` CPUs and one GPU of the node, if Slurm starts it at once (salloc --immediate
