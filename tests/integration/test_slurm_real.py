@@ -97,3 +97,12 @@ def test_a_stopped_slurmctld_is_named_and_nothing_changes(slurm):
     assert result["failed"] and result["slurm_state"] == "controller_down", result
     assert "Unable to contact slurm controller" in result["msg"] and "start slurmctld" in result["msg"]
     assert slurm.node_state("gf2") == "IDLE+DRAIN"  # nothing resumed on a guess
+
+
+def test_cancel_jobs_ends_the_nodes_jobs_only_when_asked_then_repairs(slurm):
+    job, other = slurm.sbatch_sleep("gf3"), slurm.sbatch_sleep("gf2")
+    module(slurm, name="gf3", state="drained", code="XID_CRITICAL")
+    result = module(slurm, name="gf3", state="ready", wait=1, poll=1, cancel_jobs=True)
+    assert not result.get("failed") and result["action"] == "repair" and result["changed"] is True, result
+    assert [s["argv"][1:] for s in result["steps"] if s["argv"][0].endswith("scancel")] == [["--nodelist=gf3"]]
+    assert job not in slurm.jobs() and slurm.jobs("gf2") == [other]  # another node's job runs on
