@@ -4,6 +4,7 @@ resumes an administrator's drain, waits for a running job and says so rather tha
 names Slurm's failures (controller down, a wrong munge key, an unknown node) with what to do."""
 
 import pytest
+from ansible_collections.kentino.gpufleet.plugins.module_utils import slurm as slurm_utils
 from helpers.module_runner import run_module
 
 pytestmark = pytest.mark.xdist_group("real_slurm")
@@ -106,3 +107,15 @@ def test_cancel_jobs_ends_the_nodes_jobs_only_when_asked_then_repairs(slurm):
     assert not result.get("failed") and result["action"] == "repair" and result["changed"] is True, result
     assert [s["argv"][1:] for s in result["steps"] if s["argv"][0].endswith("scancel")] == [["--nodelist=gf3"]]
     assert job not in slurm.jobs() and slurm.jobs("gf2") == [other]  # another node's job runs on
+
+
+def test_a_user_without_slurm_privileges_is_named(slurm):
+    """Slurm 22.05 refuses a node update from a user who is neither root, SlurmUser nor AdminLevel=Admin with
+    "slurm_update error: Invalid user id"; reading needs no privilege."""
+    client = slurm_utils.SlurmClient(lambda argv, timeout_s: slurm.run(
+        ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"] + argv, timeout_s))
+    with pytest.raises(slurm_utils.SlurmError) as refused:
+        slurm_utils.quarantine(client, "gf1", slurm_utils.drain_reason("XID_CRITICAL"))
+    assert refused.value.state == "permission_denied", str(refused.value)
+    assert "Invalid user id" in str(refused.value) and "adminlevel=admin" in str(refused.value)
+    assert "DRAIN" not in slurm.node_state("gf1")
