@@ -41,9 +41,11 @@ FAILURES = (
      "check munged on this host and the controller, and that both have the same /etc/munge/munge.key"),
     ("unknown_node", re.compile(r"Node \S+ not found|Invalid node name specified"),
      "check the node's name in slurm.conf (NodeName=) and the inventory (gpufleet_slurm_node_name)"),
-    ("permission_denied", re.compile(r"Access/permission denied|Permission denied|not authorized", re.I),
-     "run as root or SlurmUser, or as an operator with AdminLevel=Operator (sacctmgr modify user ... set "
-     "adminlevel=operator)"),
+    # Slurm 22.05 answers an unprivileged node update with "slurm_update error: Invalid user id"
+    ("permission_denied", re.compile(r"Access/permission denied|Permission denied|not authorized|Invalid user id",
+                                     re.I),
+     "run as root or SlurmUser, or as a user with AdminLevel=Admin (sacctmgr modify user ... set adminlevel=admin; "
+     "Operator is not enough to update nodes)"),
 )
 
 

@@ -6,7 +6,9 @@ of a node whose reason is someone else's.
 Semantics modelled (Slurm's node state machine): a job starts only on a node that is neither drained nor down, and
 makes it MIXED (part of its CPUs) or ALLOCATED (all of them); `state=drain` sets the DRAIN flag and the reason (the
 jobs go on running: DRAINING, until they end: DRAINED); a job that ends leaves COMPLETING until slurmctld hears from
-the node (a tick); `state=resume` clears DRAIN and the reason, and is refused on a node that is not drained."""
+the node (a tick); `state=resume` clears DRAIN and the reason, and is refused on a node that is not drained. A resumed
+node is NOT_RESPONDING (sinfo's `idle*`) until slurmctld has pinged it again (a tick), and no job starts on it
+meanwhile: Slurm 22.05 does this, as the real slurmctld in tests/integration/test_slurm_real_property.py showed."""
 
 from pathlib import Path
 
@@ -15,11 +17,12 @@ CPUS = 64
 
 
 class Slurmctld:
-    def __init__(self, name="gpu01"):
-        self.name = name
+    def __init__(self, name="gpu01", cpus=CPUS):
+        self.name, self.cpus = name, cpus
         self.jobs = []  # CPUs of each running job
         self.drain = False
         self.completing = False
+        self.not_responding = False
         self.reason = None
         self.reason_user = None
         self.down = False  # slurmctld itself down: every command fails
@@ -29,10 +32,11 @@ class Slurmctld:
     # ---- the node's state as scontrol prints it ------------------------------------------------------------------
     def base(self):
         used = sum(self.jobs)
-        return "IDLE" if not used else "ALLOCATED" if used >= CPUS else "MIXED"
+        return "IDLE" if not used else "ALLOCATED" if used >= self.cpus else "MIXED"
 
     def state(self):
-        return "+".join([self.base()] + (["COMPLETING"] if self.completing else []) + (["DRAIN"] if self.drain else []))
+        return "+".join([self.base()] + (["COMPLETING"] if self.completing else []) + (["DRAIN"] if self.drain else [])
+                        + (["NOT_RESPONDING"] if self.not_responding else []))
 
     def show_line(self):
         line = ("NodeName=%s Arch=x86_64 CoresPerSocket=32 CPUAlloc=%d CPUEfctv=64 CPUTot=64 CPULoad=0.02 "
@@ -50,12 +54,14 @@ class Slurmctld:
 
     def sinfo_word(self):
         if self.drain:
-            return "draining" if self.completing or self.jobs else "drained"
-        return "completing" if self.completing else self.base().lower()
+            word = "draining" if self.completing or self.jobs else "drained"
+        else:
+            word = "completing" if self.completing else self.base().lower()
+        return word + ("*" if self.not_responding else "")
 
     # ---- what happens to the node ---------------------------------------------------------------------------------
     def job_start(self, cpus):
-        if not self.drain and not self.down and sum(self.jobs) + cpus <= CPUS:
+        if not (self.drain or self.down or self.not_responding) and sum(self.jobs) + cpus <= self.cpus:
             self.jobs.append(cpus)
 
     def job_end(self):
@@ -64,7 +70,7 @@ class Slurmctld:
             self.completing = True
 
     def tick(self):
-        self.completing = False
+        self.completing = self.not_responding = False
 
     def admin_drain(self, reason, user="ana"):
         self.drain, self.reason, self.reason_user = True, reason, user
@@ -72,6 +78,7 @@ class Slurmctld:
     def admin_resume(self):
         if self.drain:
             self.drain, self.reason, self.reason_user = False, None, None
+            self.not_responding = True
 
     # ---- the commands ----------------------------------------------------------------------------------------------
     def run(self, argv, timeout_s):

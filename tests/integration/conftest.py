@@ -8,6 +8,7 @@ tests spreads over every worker instead of holding one for its whole length.
 
 import pytest
 from helpers.playbook_runner import run_playbook
+from helpers.real_slurm import RealSlurm, unavailable
 from helpers.schedule import longest_first, own_items
 
 
@@ -27,12 +28,12 @@ LONGEST = ("tests/integration/test_sim_audit.py::test_the_slow_ecc_leak_is_caugh
            "uncorrectable_error", "burn_in_run", "tests/integration/test_one_verdict.py",
            "tests/integration/test_operator_journey.py::test_the_burn_stage_in_a_loop_never_loses_a_finding",
            "preflight_run", "tests/integration/test_sim_audit.py::test_a_node_twenty_percent_below_its_own_burn_in_"
-           "baseline_is_flagged")
+           "baseline_is_flagged", "real_slurm")
 
 
-# Session fixtures below that run a playbook: every test that reads one (directly or through a module fixture) runs
-# on the worker that made it.
-SESSION_RUNS = ("burn_in_run", "preflight_run")
+# Session fixtures below that run a playbook or start daemons: every test that uses one (directly or through a module
+# fixture) runs on the worker that made it.
+SESSION_RUNS = ("burn_in_run", "preflight_run", "real_slurm")
 
 
 def shared_run_group(item):
@@ -55,3 +56,14 @@ def burn_in_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def preflight_run(tmp_path_factory):
     return run_playbook("preflight", tmp_path_factory.mktemp("preflight"))
+
+
+@pytest.fixture(scope="session")
+def real_slurm():
+    """One real Slurm (munged, slurmctld, six slurmd: tests/helpers/real_slurm.py) for the files of the xdist group
+    "real_slurm"; skipped, with the reason, where it cannot run (not root); an error as root without the packages."""
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    with RealSlurm() as cluster:
+        yield cluster

@@ -6,8 +6,9 @@ drained by someone else is ever resumed, and no repair runs while a job is on th
 import random
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import slurm
-from ansible_collections.kentino.gpufleet.plugins.module_utils.slurm import SlurmClient, SlurmError
+from ansible_collections.kentino.gpufleet.plugins.module_utils.slurm import SlurmClient
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
+from helpers.slurm_loop import Loop
 from helpers.slurmctld_model import Slurmctld
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,55 +24,9 @@ EVENTS = st.one_of(
 )
 
 
-class Loop:
-    """gpufleet's side: the lifecycle rows in memory, Slurm through the client; the world moves on while it waits."""
-
-    def __init__(self, ctld, events):
-        self.ctld, self.events, self.rows, self.now = ctld, events, [], 0.0
-        self.client = SlurmClient(ctld.run)
-        self.repairs_during_jobs = 0
-
-    def world(self, kind, arg):
-        ctld = self.ctld
-        {"job_start": lambda: ctld.job_start(arg), "job_end": ctld.job_end, "tick": ctld.tick,
-         "admin_drain": lambda: ctld.admin_drain(arg), "admin_resume": ctld.admin_resume,
-         "ctld_down": lambda: setattr(ctld, "down", arg)}[kind]()
-
-    def sleep(self, seconds):
-        self.now += seconds
-        if self.events:
-            self.world(*self.events.pop(0)) if self.events[0][0] not in ("failure", "repair", "pass") else None
-
-    def move(self, to, actor, reason="step"):
-        self.rows += lifecycle.plan(self.rows, "gpu01", to, reason, actor, now=self.now)
-
-    def step(self, kind, arg):
-        state = lifecycle.state_of(self.rows)
-        try:
-            if kind == "failure" and state not in lifecycle.OUT_OF_SERVICE:
-                self.move("quarantined", "watcher")
-                slurm.quarantine(self.client, "gpu01", slurm.drain_reason(arg, "3"))
-            elif kind == "repair" and state == "quarantined":
-                done = slurm.wait_drained(self.client, "gpu01", 300, lambda: self.now, self.sleep, poll_s=60)
-                if done["action"] == "repair":
-                    self.repairs_during_jobs += bool(self.ctld.jobs)
-                    self.move("repairing", "repair")
-                    self.move("validating", "repair")
-            elif kind == "pass" and state == "validating":
-                slurm.release(self.client, "gpu01")
-                self.move("healthy", "preflight")
-            elif kind not in ("failure", "repair", "pass"):
-                self.world(kind, arg)
-        except SlurmError:
-            pass  # a named failure: the node stays where it is in the lifecycle, nothing resumed
-
-
 def _run(events):
     ctld = Slurmctld()
-    loop = Loop(ctld, list(events))
-    while loop.events:
-        loop.step(*loop.events.pop(0))
-    return ctld, loop
+    return ctld, Loop(ctld, list(events)).run_all()
 
 
 def _check(events):
@@ -110,9 +65,7 @@ def test_the_model_catches_a_policy_that_resumes_any_drain(monkeypatch):
     monkeypatch.setattr(slurm, "decide_resume", lambda node: ("resume", "any drain") if node["drain"] else
                         ("none", "not drained"))
     ctld = Slurmctld()
-    loop = Loop(ctld, [("failure", "XID_CRITICAL"), ("repair", None), ("admin_drain", "bad dimm"), ("pass", None)])
-    while loop.events:
-        loop.step(*loop.events.pop(0))
+    Loop(ctld, [("failure", "XID_CRITICAL"), ("repair", None), ("admin_drain", "bad dimm"), ("pass", None)]).run_all()
     assert ctld.violations == ["resumed a node drained by someone else: 'bad dimm'"]
 
 
@@ -121,7 +74,5 @@ def test_the_model_catches_a_policy_that_repairs_while_draining(monkeypatch):
     monkeypatch.setattr(slurm, "decide_repair", lambda node, *a, **k: ("repair", "always"))
     monkeypatch.setattr(SlurmClient, "sinfo_state", lambda self, name: "drained")
     ctld = Slurmctld()
-    loop = Loop(ctld, [("job_start", 8), ("failure", "XID_CRITICAL"), ("repair", None)])
-    while loop.events:
-        loop.step(*loop.events.pop(0))
+    loop = Loop(ctld, [("job_start", 8), ("failure", "XID_CRITICAL"), ("repair", None)]).run_all()
     assert loop.repairs_during_jobs == 1
