@@ -21,7 +21,7 @@ SCRIPT = REPO / "hack" / "system-deps"
 # lifecycle's tests.
 EXPECTED = ["make", "git", "chromium", "debootstrap", "systemd-container", "iproute2", "openssh-client", "procps",
             "equivs", "dpkg-dev", "apt-utils", "prometheus", "prometheus-node-exporter", "stress-ng",
-            "slurmctld", "slurmd", "slurm-client", "munge"]
+            "openmpi-bin", "python3-mpi4py", "perftest", "slurmctld", "slurmd", "slurm-client", "munge"]
 
 pytestmark = pytest.mark.skipif(not shutil.which("dpkg-query"), reason="not a dpkg-based machine")
 
