@@ -135,7 +135,7 @@ def test_power_cycle_through_the_bmc_returns_the_node_and_each_bmc_fault_keeps_i
         return lost, quarantine, play(fleet, node, "repair")
 
     with ThreadPoolExecutor(len(NODES)) as pool:
-        results = dict(zip(NODES, pool.map(one, NODES)))
+        results = dict(zip(NODES, pool.map(one, NODES), strict=True))
 
     def rows(node):
         with History(default_path(fleet / node / "history"), readonly=True) as history:
