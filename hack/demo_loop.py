@@ -15,6 +15,7 @@ not end as the loop says it must. --shot photographs the transcript with headles
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -73,8 +74,12 @@ class Demo:
         self.seen[node] = len(rows)
         for line in out.splitlines():
             if line.strip().startswith('"msg": "') and any(k in line for k in keys):
-                for part in json.loads("{%s}" % line.strip().rstrip(","))["msg"].split("; "):
-                    say("playbook", part.strip()[:170])
+                msg = json.loads("{%s}" % line.strip().rstrip(","))["msg"].replace(str(self.root) + "/", "")
+                # the power cycle's steps on one line; the quarantine's parts one a line
+                parts = [msg.replace("; ", ", ")] if msg.startswith("bmc_power_cycle") else re.split(r";?\s*\n\s*|; ", msg)
+                for part in parts:
+                    if part.strip(" ;"):
+                        say("playbook", part.strip(" ;")[:190])
         slurm = json.loads((self.root / "state" / "slurm" / ("%s.json" % node)).read_text())
         say("slurm", "%s: %s" % (node, "DRAIN, reason %r" % slurm["reason"] if slurm["drain"] else "in service"))
         return rows[-1]["to_state"] if rows else "healthy", slurm["drain"]
@@ -105,7 +110,7 @@ def photograph(out, workdir):
     html.write_text("<html><head><meta charset='utf-8'></head><body style='margin:0;background:#1e1e1e'><pre style="
                     "'color:#ddd;font:13px monospace;padding:12px;white-space:pre-wrap'>$ make demo-loop\n%s</pre>"
                     "</body></html>" % escape("\n".join(TRANSCRIPT)))
-    return photograph_report(html, "#none", out, 20 * len("\n".join(TRANSCRIPT).splitlines()) + 60, workdir)
+    return photograph_report(html, "#none", out, 19 * len("\n".join(TRANSCRIPT).splitlines()) + 80, workdir)
 
 
 def free_port():

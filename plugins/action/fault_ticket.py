@@ -8,13 +8,12 @@ quarantine it reports stays. Documentation and the argument_spec live in plugins
 
 from __future__ import annotations
 
-import os
 import time
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.kentino.gpufleet.plugins.modules.fault_ticket import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import tickets
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, default_path
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, run_path
 
 
 class ActionModule(ActionBase):
@@ -45,7 +44,7 @@ class ActionModule(ActionBase):
             return done("bad_input", "; ".join(errors))
         report_dir = args["report_dir"] or self._templar.template(task_vars.get("gpufleet_report_dir")) or "reports"
         history_dir = args["history_dir"] or self._templar.template(task_vars.get("gpufleet_history_dir"))
-        path = default_path(history_dir or os.path.join(os.path.expanduser(str(report_dir)), "history"))
+        path = run_path(report_dir, history_dir)
         now = time.time()
         try:
             with History(path) as history:

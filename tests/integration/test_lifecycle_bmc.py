@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
+from helpers.lifecycle_runs import play, slurm
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -105,18 +106,6 @@ def fleet(tmp_path_factory):
             proc.wait(timeout=30)
 
 
-def play(root, node, action, *extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
-               GPUFLEET_SIM_STATE_ROOT=str(root / "state"))
-    args = ["-e", "gpufleet_report_dir=%s" % (root / node), "-e", "lifecycle_action=%s" % action,
-            "-e", "lifecycle_node=%s" % node, "-e", "lifecycle_dcgm_level=1", "-e", "gpufleet_hosts=%s" % node]
-    for item in extra:
-        args += ["-e", item]
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "playbooks/lifecycle.yml", "-i", str(root / "inv")] + args,
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
 def sim(root, node, *argv):
     env = dict(os.environ, GPUFLEET_SIM_STATE=str(root / "state" / node), GPUFLEET_SIM_NODE=node,
                GPUFLEET_SIM_SCENARIO="riser_xid79", GPUFLEET_SIM_TIME_SCALE="0.001")
@@ -141,9 +130,6 @@ def test_power_cycle_through_the_bmc_returns_the_node_and_each_bmc_fault_keeps_i
         with History(default_path(fleet / node / "history"), readonly=True) as history:
             return history.lifecycle_of(node)
 
-    def slurm(node):
-        return json.loads((fleet / "state" / "slurm" / ("%s.json" % node)).read_text())
-
     lost, (rc, out), (rc2, out2) = results["bm01"]
     assert lost != 0 and rc == 0, out[-3000:]
     assert rc2 == 0, out2[-6000:]
@@ -151,7 +137,7 @@ def test_power_cycle_through_the_bmc_returns_the_node_and_each_bmc_fault_keeps_i
     assert rows("bm01")[1]["evidence"][0] == "rung: bmc_power_cycle" and rows("bm01")[3]["actor"] == "preflight"
     assert "PowerState Off" in out2 and "PowerState On" in out2
     assert sim(fleet, "bm01", "nvidia-smi", "-L").returncode == 0  # the power cycle brought GPU 3 back
-    assert slurm("bm01")["drain"] is False
+    assert slurm(fleet, "bm01")["drain"] is False
 
     expected = {"bm02": "auth_failed: HTTP Error 401", "bm03": "timeout: ", "bm04": "no_power_on: the system still "
                 "reports PowerState Off", "bm05": "bad_input: gpufleet_bmc_url must be https://HOST[:PORT]"}
@@ -162,5 +148,5 @@ def test_power_cycle_through_the_bmc_returns_the_node_and_each_bmc_fault_keeps_i
         states = [r["to_state"] for r in rows(node)]
         assert states == ["quarantined", "repairing", "quarantined"], (node, states)
         assert words.split(":")[0] in rows(node)[-1]["reason"], rows(node)[-1]
-        assert slurm(node)["drain"] is True and slurm(node)["reason"] == "gpufleet: XID_79 3", slurm(node)
+        assert slurm(fleet, node)["drain"] is True and slurm(fleet, node)["reason"] == "gpufleet: XID_79 3", slurm(fleet, node)
         assert "s3cret-bmc" not in out2 and "wrong-password" not in out2

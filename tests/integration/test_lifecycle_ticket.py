@@ -5,7 +5,6 @@ comment on that ticket, not a new one; the generic template's JSON carries the f
 is a named warning and the node is still quarantined and drained."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
+from helpers.lifecycle_runs import play, slurm
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -57,19 +57,9 @@ def fleet(tmp_path_factory):
 
 
 def quarantine(root, node, settings):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
-               GPUFLEET_SIM_STATE_ROOT=str(root / "state"))
-    extra = dict(settings, gpufleet_report_dir=str(root / node), lifecycle_action="quarantine", lifecycle_node=node,
-                 lifecycle_dcgm_level=1, lifecycle_code="XID_79", lifecycle_gpu="3", lifecycle_actor="alert",
-                 lifecycle_reason="XID 79 on GPU 3", gpufleet_lemon_quarantines=0)
-    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "playbooks/lifecycle.yml", "-i",
-                           str(root / "inv"), "-e", json.dumps(extra)], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def slurm(root, node):
-    return json.loads((root / "state" / "slurm" / ("%s.json" % node)).read_text())
+    return play(root, node, "quarantine", json.dumps(dict(
+        settings, lifecycle_code="XID_79", lifecycle_gpu="3", lifecycle_actor="alert",
+        lifecycle_reason="XID 79 on GPU 3", gpufleet_lemon_quarantines=0)))
 
 
 def test_one_ticket_per_fault_a_repeat_updates_it_and_a_dead_webhook_loses_nothing(fleet):

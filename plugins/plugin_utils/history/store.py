@@ -144,6 +144,11 @@ def default_path(history_dir):
     return os.path.join(os.path.expanduser(str(history_dir)), FILE_NAME)
 
 
+def run_path(report_dir, history_dir=None):
+    """The history file of a run: in history_dir (gpufleet_history_dir) when set, else <report_dir>/history."""
+    return default_path(history_dir or os.path.join(os.path.expanduser(str(report_dir or "reports")), "history"))
+
+
 def _refuse(path, why, fix, kind="refused"):
     raise HistoryError("history %s: %s; %s (the file is left as it is)" % (path, why, fix), kind)
 
