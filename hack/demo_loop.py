@@ -79,7 +79,7 @@ class Demo:
                 parts = [msg.replace("; ", ", ")] if msg.startswith("bmc_power_cycle") else re.split(r";?\s*\n\s*|; ", msg)
                 for part in parts:
                     if part.strip(" ;"):
-                        say("playbook", part.strip(" ;")[:190])
+                        say("playbook", part.strip(" ;"))
         slurm = json.loads((self.root / "state" / "slurm" / ("%s.json" % node)).read_text())
         say("slurm", "%s: %s" % (node, "DRAIN, reason %r" % slurm["reason"] if slurm["drain"] else "in service"))
         return rows[-1]["to_state"] if rows else "healthy", slurm["drain"]

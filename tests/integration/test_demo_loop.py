@@ -2,6 +2,7 @@
 and checks each step's end itself (exit 1 otherwise); this reads its transcript for the steps docs/lifecycle.md
 shows."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +25,6 @@ def test_the_demo_loop_returns_one_node_and_sends_the_lemon_to_rma(tmp_path):
                  "loop02: lemon -> rma by lemon_rule", "gpufleet repair loop02: exit 2: out for RMA"):
         assert line in out, (line, out[-5000:])
     assert out.count("rma        reports/rma/loop02/gpufleet-rma-loop02-") == 2
+    # the power cycle as the BMC reported it: off first, on at the end
+    assert re.search(r"^playbook +bmc_power_cycle: node loop01: power-cycled through its BMC .*PowerForceOff, .*"
+                     r"PowerState Off, .*PowerOn, .*PowerState On$", out, re.M), out[-5000:]
