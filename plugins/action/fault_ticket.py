@@ -8,7 +8,9 @@ quarantine it reports stays. Documentation and the argument_spec live in plugins
 
 from __future__ import annotations
 
+import os
 import time
+from contextlib import nullcontext
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.kentino.gpufleet.plugins.modules.fault_ticket import ARGUMENT_SPEC
@@ -46,9 +48,9 @@ class ActionModule(ActionBase):
         history_dir = args["history_dir"] or self._templar.template(task_vars.get("gpufleet_history_dir"))
         path = run_path(report_dir, history_dir)
         now = time.time()
-        try:
-            with History(path) as history:
-                open_ticket = history.ticket_of(host, code, gpu, now - args["window_hours"] * 3600.0)
+        try:  # read only: a dry run creates no history, and a write comes after the POST
+            with History(path, readonly=True) if os.path.exists(path) else nullcontext() as history:
+                open_ticket = history and history.ticket_of(host, code, gpu, now - args["window_hours"] * 3600.0)
         except HistoryError as exc:
             open_ticket = None
             result["history_error"] = str(exc)
