@@ -64,6 +64,9 @@ class ActionModule(ActionBase):
                   "updates": (open_ticket["updates"] + 1) if open_ticket else 0}
         try:
             request = tickets.render(args["template"], values)
+            if not (isinstance(request, dict) and isinstance(request.get("body"), dict)
+                    and isinstance(request.get("path", ""), str) and " " not in request.get("path", "")):
+                raise ValueError("it must be a JSON object with a body object and an optional path without spaces")
         except Exception as exc:  # a site's template: any Jinja or JSON error is its author's to fix
             return done("bad_input", "gpufleet_ticket_template %s does not render to the request JSON: %s" % (
                 args["template"], exc))
