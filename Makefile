@@ -7,7 +7,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_INJECT_FACT_VARS := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: system-deps venv torch-venv min-venv test test-min lint sanity unit integration test-fleet test-stress demo bench \
+.PHONY: system-deps venv torch-venv min-venv test test-min lint sanity unit integration test-fleet test-stress demo demo-loop bench \
   bench-audit clean
 
 # CPU torch for the real torchrun/gloo dry-run tests. The 2.13.0 CPU wheel is built for Python 3.11 only.
@@ -102,6 +102,11 @@ demo: venv
 	sim/reset --root reports/sim-state
 	$(BIN)/ansible-playbook playbooks/burn_in.yml -e gpufleet_fail_on=never
 	@echo "Open reports/latest/report.html (also report.md, report.json, junit.xml)."
+
+# The lifecycle loop on the simulated fleet (docs/lifecycle.md): one node through fault, quarantine, a power cycle
+# through its Redfish BMC (sushy-tools' emulator), validation and return; one lemon out for RMA with its bundle.
+demo-loop: venv
+	$(BIN)/python hack/demo_loop.py
 
 bench: venv
 	$(BIN)/python bench/xid_scan.py

@@ -19,7 +19,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import P
 from ansible_collections.kentino.gpufleet.plugins.modules.node_lifecycle import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import repair_ladder
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle, rma
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, default_path
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError, run_path
 
 # The runs that validate a node (a passing audit reads, it does not load the GPUs).
 VALIDATING_PLAYBOOKS = ("preflight", "burn_in")
@@ -87,7 +87,7 @@ class ActionModule(ActionBase):
         # Unless given, the run's own places: gpufleet_report_dir (default reports) and gpufleet_history_dir.
         report_dir = args["report_dir"] or self._templar.template(task_vars.get("gpufleet_report_dir")) or "reports"
         history_dir = args["history_dir"] or self._templar.template(task_vars.get("gpufleet_history_dir"))
-        path = default_path(history_dir or os.path.join(os.path.expanduser(str(report_dir)), "history"))
+        path = run_path(report_dir, history_dir)
         settings = _lemon_settings(hostvars, host)
         dry = bool(self._task.check_mode)
         # A query or a dry run only reads (and finds an empty lifecycle where no history exists yet).

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 module: rma_bundle
 short_description: Collect the evidence a GPU vendor asks for into one bundle, secrets scrubbed
 description:
-  - Writes a directory C(gpufleet-rma-<host>-<time>) under O(dest) (mode 0700) with the output of
+  - Writes a directory C(gpufleet-rma-<host>-<time>) under O(dest) (mode 0700), named after O(host) with the output of
     C(nvidia-bug-report.sh), C(nvidia-smi -q -x), C(dcgmi diag -r 3 -j) where DCGM is installed, and the node's
     identity (board and GPU serials, UUIDs, VBIOS, driver, kernel, BIOS), then C(manifest.json) with the sha256 and
     size of every file and why anything is missing.
@@ -33,6 +33,12 @@ options:
     description: Absolute directory the bundle directory is created in.
     type: path
     required: true
+  host:
+    description:
+      - The node's inventory name, which names the bundle and its manifest (the report, the history and the
+        controller's C(rma/<node>/) directory use it). The machine's own hostname is kept in C(identity.json).
+      - Without it, the machine's short hostname.
+    type: str
   dcgm_level:
     description: The C(dcgmi diag) level to run (0 skips it). Level 3 takes about 15 minutes.
     type: int
@@ -56,6 +62,7 @@ EXAMPLES = r"""
 - name: Keep the evidence before the first repair step
   kentino.gpufleet.rma_bundle:
     dest: /var/lib/gpufleet/rma
+    host: "{{ inventory_hostname }}"
   become: true
   register: __bundle
 """
@@ -81,6 +88,7 @@ import json
 import os
 import platform
 import re
+import socket
 import tempfile
 import time
 
@@ -92,6 +100,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner impor
 IDENTITY_QUERY = "index,pci.bus_id,serial,uuid,name,vbios_version,driver_version"
 DMI = ("board_serial", "board_name", "product_name", "product_serial", "bios_version", "sys_vendor")
 SAFE_PATH = re.compile(r"\A/[^\x00-\x1f\x7f]*\Z")
+# An inventory name as it may appear in a directory name (no path separator, no control character).
+SAFE_HOST = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9._:@-]{0,252}\Z")
 
 
 def _tool_text(result):
@@ -112,7 +122,7 @@ def _dmi():
 
 def main():
     module = AnsibleModule(argument_spec=dict(
-        dest=dict(type="path", required=True), dcgm_level=dict(type="int", default=3, choices=[0, 1, 2, 3, 4]),
+        dest=dict(type="path", required=True), host=dict(type="str"), dcgm_level=dict(type="int", default=3, choices=[0, 1, 2, 3, 4]),
         bug_report=dict(type="bool", default=True), max_bytes=dict(type="int", default=64 << 20),
         timeout=dict(type="int", default=1800),
     ), supports_check_mode=True)
@@ -120,10 +130,13 @@ def main():
     if not SAFE_PATH.match(p["dest"] or "") or p["max_bytes"] < 4096 or p["timeout"] < 1:
         module.fail_json(msg="rma_bundle on %s: dest must be an absolute path without control characters (got %r), "
                              "max_bytes at least 4096 and timeout at least 1" % (node_name(), p["dest"]))
+    if p["host"] is not None and not SAFE_HOST.match(p["host"]):
+        module.fail_json(msg="rma_bundle on %s: host must be the node's inventory name (letters, digits, '._:@-', "
+                             "no '/' or control characters), got %r" % (node_name(), p["host"]))
     smi = module.get_bin_path("nvidia-smi")
     dcgmi = module.get_bin_path("dcgmi") if p["dcgm_level"] else None
     bug = module.get_bin_path("nvidia-bug-report.sh") if p["bug_report"] else None
-    host = node_name()
+    host = p["host"] or node_name()
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     bundle = os.path.join(p["dest"], "gpufleet-rma-%s-%s" % (re.sub(r"[^A-Za-z0-9._-]", "_", host), stamp))
     planned = []
@@ -172,7 +185,8 @@ def main():
     else:
         missing("nvidia-bug-report.log.gz", "not asked (bug_report=false)" if not p["bug_report"] else
                 "nvidia-bug-report.sh is not installed (it ships with the NVIDIA driver)")
-    identity = {"host": host, "kernel": platform.release(), "dmi": _dmi(), "gpus_csv": None}
+    identity = {"host": host, "hostname": socket.gethostname(), "kernel": platform.release(), "dmi": _dmi(),
+                "gpus_csv": None}
     if smi:
         argv = [smi, "-q", "-x"]
         result = run_tool(argv, min(p["timeout"], 300))

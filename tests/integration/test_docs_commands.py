@@ -49,6 +49,7 @@ BURN_IN_COVERED = ("the 9-node burn-in of inventories/sim runs in tests/integrat
 EXECUTED = {
     "make demo": ("dry-run", "its burn-in: tests/integration/test_sim_burn_in.py (the same playbook and inventory)"),
     "make test": ("dry-run", "make test runs this suite"),
+    "make demo-loop": ("dry-run", "tests/integration/test_demo_loop.py runs its script"),
     "python3 -m pip install 'ansible-core>=2.17' 'jsonschema>=4.18'": ("run", "already satisfied: nothing downloaded"),
     "ansible-galaxy collection build --force --output-path dist . && ANSIBLE_COLLECTIONS_PATH=~/.ansible/collections "
     "ansible-galaxy collection install dist/kentino-gpufleet-*.tar.gz": ("run", ""),

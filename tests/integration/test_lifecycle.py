@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
+from helpers.lifecycle_runs import play, slurm
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -28,24 +29,6 @@ def fleet(tmp_path_factory):
     subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(root / "inv"), "--nodes",
                     str(len(NODES)), "--scenario", ",".join(NODES.values()), "--prefix", "lc"], check=True)
     return root
-
-
-def play(root, node, action, *extra, playbook="lifecycle"):
-    """Run a playbook for one node (its own reports and history); (rc, output)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false",
-               GPUFLEET_SIM_STATE_ROOT=str(root / "state"))
-    args = ["-e", "gpufleet_report_dir=%s" % (root / node), "-e", "lifecycle_action=%s" % action,
-            "-e", "lifecycle_node=%s" % node, "-e", "lifecycle_dcgm_level=1", "-e", "gpufleet_hosts=%s" % node]
-    for item in extra:
-        args += ["-e", item]
-    proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "playbooks/%s.yml" % playbook, "-i",
-                           str(root / "inv")] + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def slurm(root, node):
-    path = root / "state" / "slurm" / ("%s.json" % node)
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def rows(root, node):

@@ -109,6 +109,13 @@ MIGRATIONS = (
                                b TEXT NOT NULL, ts REAL NOT NULL, busbw_gbps REAL NOT NULL);
     CREATE INDEX fabric_links_link_ts ON fabric_links (a, b, ts);
     """,
+    # 6: the ticket each fault opened through the webhook (plugin_utils/tickets.py): a repeat within a day updates it
+    """
+    CREATE TABLE tickets (id INTEGER PRIMARY KEY, host INTEGER NOT NULL REFERENCES hosts (id), code TEXT NOT NULL,
+                          gpu TEXT NOT NULL DEFAULT '', tracker TEXT NOT NULL, ticket TEXT NOT NULL,
+                          created REAL NOT NULL, updated REAL NOT NULL, updates INTEGER NOT NULL DEFAULT 0);
+    CREATE INDEX tickets_host_code ON tickets (host, code, gpu, updated);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 # The runs that watch nodes in production: their time is the checkpoint plan's GPU-hours, their XIDs its interruptions.
@@ -135,6 +142,11 @@ DAMAGED_FIX = ("restore it from a backup, or move it away (the next run starts a
 
 def default_path(history_dir):
     return os.path.join(os.path.expanduser(str(history_dir)), FILE_NAME)
+
+
+def run_path(report_dir, history_dir=None):
+    """The history file of a run: in history_dir (gpufleet_history_dir) when set, else <report_dir>/history."""
+    return default_path(history_dir or os.path.join(os.path.expanduser(str(report_dir or "reports")), "history"))
 
 
 def _refuse(path, why, fix, kind="refused"):
@@ -477,6 +489,26 @@ class History:
                                                     row["reason"], row.get("code"), row.get("gpu"),
                                                     json.dumps(list(row.get("evidence") or [])), row["actor"]))
         return new
+
+    def ticket_of(self, host, code, gpu, since):
+        """The newest ticket of this fault (node, finding code, GPU) updated at or after `since`, or None."""
+        row = self.db.execute(
+            "SELECT t.tracker, t.ticket, t.created, t.updated, t.updates FROM tickets t JOIN hosts h ON h.id = t.host "
+            "WHERE h.name = ? AND t.code = ? AND t.gpu = ? AND t.updated >= ? ORDER BY t.updated DESC, t.id DESC "
+            "LIMIT 1", (host, code, gpu or "", since)).fetchone()
+        return dict(row) if row else None
+
+    def record_ticket(self, host, code, gpu, tracker, ticket, now, update):
+        """Keep a fault's ticket: a new row when it was created, its update time and count when it was updated."""
+        with self._writing(), self.transaction():
+            host_id = self._host_id(host)
+            if update:
+                self.db.execute("UPDATE tickets SET updated = ?, updates = updates + 1 WHERE host = ? AND code = ? "
+                                "AND gpu = ? AND tracker = ? AND ticket = ?", (now, host_id, code, gpu or "", tracker,
+                                                                               ticket))
+            else:
+                self.db.execute("INSERT INTO tickets (host, code, gpu, tracker, ticket, created, updated) VALUES "
+                                "(?, ?, ?, ?, ?, ?, ?)", (host_id, code, gpu or "", tracker, ticket, now, now))
 
     def lifecycle_of(self, host):
         """A node's lifecycle transitions, oldest first (evidence as a list)."""

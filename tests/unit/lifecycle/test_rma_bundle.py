@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -103,3 +104,19 @@ def test_the_controller_adds_the_nodes_xid_ecc_and_remap_history_to_the_manifest
     doc = json.loads(_contents(Path(result["bundle"]), entry))
     assert doc["xid_events"][0]["xid"] == 63 and doc["gpus"][0]["readings"][0]["remap_pending"] == 1
     assert doc["lifecycle"][0]["to_state"] == "quarantined"
+
+
+def test_the_bundle_is_named_after_the_inventory_name_not_the_machines_hostname(tmp_path):
+    # The inventory name identifies the node in the report, the history and the fetched path; the machine's own
+    # hostname (here this test machine's) is kept as evidence in identity.json only.
+    result = run_module("rma_bundle", {"dest": str(tmp_path / "rma"), "dcgm_level": 0, "bug_report": False,
+                                       "host": "gpu-rack3-07"}, env=_node(tmp_path),
+                        path_prepend=[REPO / "sim" / "bin"])
+    assert not result.get("failed"), result
+    bundle = Path(result["bundle"])
+    assert bundle.name.startswith("gpufleet-rma-gpu-rack3-07-"), bundle.name
+    assert result["manifest"]["host"] == "gpu-rack3-07"
+    identity = json.loads((bundle / "identity.json").read_text())
+    assert identity["host"] == "gpu-rack3-07" and identity["hostname"] == socket.gethostname()
+    result = run_module("rma_bundle", {"dest": str(tmp_path / "rma"), "host": "../gpu07\n"}, env=_node(tmp_path))
+    assert result["failed"] and "host" in result["msg"] and not list((tmp_path / "rma").glob("*gpu07*"))
