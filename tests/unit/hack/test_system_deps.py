@@ -17,9 +17,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "hack" / "system-deps"
 # What `make test` needs on a fresh Debian 12 machine: the entry points, chromium (report screenshot), the real test
-# fleet's tools, promtool and node_exporter for the monitoring, stress-ng for make test-stress.
+# fleet's tools, promtool and node_exporter for the monitoring, Alertmanager and Java 17 (ansible-rulebook) for the
+# alert path, stress-ng for make test-stress.
 EXPECTED = ["make", "git", "chromium", "debootstrap", "systemd-container", "iproute2", "openssh-client", "procps",
-            "equivs", "dpkg-dev", "apt-utils", "prometheus", "prometheus-node-exporter", "stress-ng"]
+            "equivs", "dpkg-dev", "apt-utils", "prometheus", "prometheus-node-exporter", "prometheus-alertmanager",
+            "openjdk-17-jre-headless", "stress-ng"]
 
 pytestmark = pytest.mark.skipif(not shutil.which("dpkg-query"), reason="not a dpkg-based machine")
 
