@@ -111,7 +111,7 @@ class SimNode:
 class AlertPath:
     """Start with start(); read with slurm_node() and playbook_runs(); stop with close() (also on a failed start)."""
 
-    def __init__(self, root, nodes, lemon_quarantines=2):
+    def __init__(self, root, nodes, inventory_vars=None):
         self.root = Path(root)
         self.bins = executables()
         self.java_home = java_home()
@@ -122,16 +122,15 @@ class AlertPath:
         self.procs = []
         self.log_path = self.root / "daemons.log"
         self.rulebook_log = self.root / "ansible-rulebook.log"
-        self._write_inventory(lemon_quarantines)
+        self._write_inventory(inventory_vars or {})
 
-    def _write_inventory(self, lemon_quarantines):
+    def _write_inventory(self, inventory_vars):
         inv = self.root / "inventory"
         inv.mkdir()
         # ansible-rulebook copies the inventory into a directory of its own for each run: the simulator's root,
         # which inventories/sim finds next to the inventory, is given here.
         hosts = {name: {"gpufleet_sim_scenario": "healthy_h100", "gpufleet_sim_root": str(SIM)} for name in self.nodes}
-        doc = {"all": {"vars": {"gpufleet_report_dir": str(self.reports),
-                                "gpufleet_lemon_quarantines": lemon_quarantines}},
+        doc = {"all": {"vars": dict(inventory_vars, gpufleet_report_dir=str(self.reports))},
                "gpufleet_nodes": {"children": {"gpufleet_sim": None}}, "gpufleet_sim": {"hosts": hosts}}
         (inv / "hosts.yml").write_text(yaml.safe_dump(doc))
         os.symlink(REPO / "inventories" / "sim" / "group_vars", inv / "group_vars")

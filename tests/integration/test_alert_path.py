@@ -1,7 +1,8 @@
 """The XID watcher's alert through Alertmanager to ansible-rulebook, with the real parts (tests/helpers/alert_path.py):
 an XID 79 in a simulated node's kernel log -> the watcher's textfile -> node_exporter -> Prometheus and the shipped
 alert rules -> Alertmanager with docs/lifecycle.md's route -> the shipped rulebook -> the lifecycle playbook's
-quarantine: the node is drained in the simulated Slurm with gpufleet's reason, and its neighbour is not. A second GPU's
+quarantine: the node is drained in the simulated Slurm with gpufleet's reason naming the GPU (index 0, which the
+event's JSON makes a number), and its neighbour is not. A second GPU's
 XID on the same node (a second alert, a second POST, a second playbook run) quarantines nothing more."""
 
 import time
@@ -42,19 +43,19 @@ def slurm(stack, name):
 
 
 def test_an_xid_79_drains_its_node_once_through_alertmanager_and_the_rulebook(path):
-    path.nodes["eda01"].xid(3, 79, "GPU has fallen off the bus.")
+    path.nodes["eda01"].xid(0, 79, "GPU has fallen off the bus.")
     node = wait("eda01 drained", lambda: (lambda n: n if n and "DRAIN" in n["State"] else None)(slurm(path, "eda01")),
                 path)
-    assert node["Reason"].startswith("gpufleet: XID_79 3 ["), node
-    wait("the first playbook run's end", lambda: path.playbook_runs() >= 1, path)
+    assert node["Reason"].startswith("gpufleet: XID_79 0 ["), node
 
-    # A second critical XID on another GPU of the drained node: Alertmanager posts the node's group again.
+    # A second critical XID on another GPU of the drained node: Alertmanager posts the node's group again, and the
+    # rulebook runs the quarantine again once its first run has ended.
     path.nodes["eda01"].xid(5, 48, "An uncorrectable double bit error (DBE) has been detected on GPU")
     wait("the second playbook run's end", lambda: path.playbook_runs() >= 2, path)
     with History(default_path(path.reports / "history"), readonly=True) as history:
         rows = history.lifecycle_of("eda01")
     assert [(r["to_state"], r["actor"], r["code"], r["gpu"]) for r in rows] == [("quarantined", "alert", "XID_79",
-                                                                                "3")], rows
-    assert slurm(path, "eda01")["Reason"].startswith("gpufleet: XID_79 3 [")
+                                                                                "0")], rows
+    assert slurm(path, "eda01")["Reason"].startswith("gpufleet: XID_79 0 [")
     assert "DRAIN" not in slurm(path, "eda02")["State"]
     assert "failed=0" in path.rulebook_log.read_text() and "failed=1" not in path.rulebook_log.read_text(), path.logs()
