@@ -71,7 +71,9 @@ def stages_reached(stack, name, gpu, pci):
     firing = (api(stack.ports["prometheus"], "/api/v1/alerts") or {}).get("data", {}).get("alerts", [])
     routed = api(stack.ports["alertmanager"], "/api/v2/alerts") or []
     log = stack.rulebook_log.read_text(errors="replace") if stack.rulebook_log.exists() else ""
-    return {"textfile": 'pci="%s"' % pci in text and 'xid="79"' in text,
+    counted = any(line.startswith("gpufleet_xid_events_total{") and 'pci="%s"' % pci in line and 'xid="79"' in line
+                  for line in text.splitlines())
+    return {"textfile": counted,
             "prometheus": any(ours(a) and a.get("state") == "firing" for a in firing),
             "alertmanager": any(ours(a) for a in routed),
             "playbook": log.count("PLAY [Check the request")}

@@ -120,6 +120,7 @@ class AlertPath:
         self.nodes = {name: SimNode(self.root, name, self.state_root) for name in nodes}
         self.ports = {name: free_port() for name in list(nodes) + ["prometheus", "alertmanager", "eda"]}
         self.procs = []
+        self.started = []  # every process start() made, for a caller to check that close() ended them
         self.log_path = self.root / "daemons.log"
         self.rulebook_log = self.root / "ansible-rulebook.log"
         self._write_inventory(inventory_vars or {})
@@ -141,6 +142,7 @@ class AlertPath:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
         self.procs.append(proc)
+        self.started.append(proc)
         return proc
 
     def start(self, timeout_s=90):

@@ -10,6 +10,7 @@ import time
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
 from helpers.alert_path import SIM, AlertPath, Missing, scontrol_node
+from helpers.sim_processes import node_processes
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +25,12 @@ def path(tmp_path):
         yield stack
     finally:
         stack.close()
+    # Torn down: no watcher, exporter, daemon or playbook run of this test is left.
+    assert all(proc.returncode is not None for proc in stack.started), stack.started
+    assert node_processes(stack.state_root) == []
 
 
-def wait(what, predicate, stack, timeout_s=60):
+def wait(what, predicate, stack, timeout_s=120):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = predicate()
@@ -44,8 +48,7 @@ def slurm(stack, name):
 
 def test_an_xid_79_drains_its_node_once_through_alertmanager_and_the_rulebook(path):
     path.nodes["eda01"].xid(0, 79, "GPU has fallen off the bus.")
-    node = wait("eda01 drained", lambda: (lambda n: n if n and "DRAIN" in n["State"] else None)(slurm(path, "eda01")),
-                path)
+    node = wait("eda01 drained", lambda: (lambda n: n and "DRAIN" in n["State"] and n)(slurm(path, "eda01")), path)
     assert node["Reason"].startswith("gpufleet: XID_79 0 ["), node
 
     # A second critical XID on another GPU of the drained node: Alertmanager posts the node's group again, and the
