@@ -17,11 +17,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "hack" / "system-deps"
 # What `make test` needs on a fresh Debian 12 machine: the entry points, chromium (report screenshot), the real test
-# fleet's tools, promtool and node_exporter for the monitoring, stress-ng for make test-stress, a real Slurm for the
-# lifecycle's tests.
+# fleet's tools, promtool and node_exporter for the monitoring, Alertmanager and Java 17 (ansible-rulebook) for the
+# alert path, stress-ng for make test-stress, Open MPI and perftest for the fabric, a real Slurm for the lifecycle.
 EXPECTED = ["make", "git", "chromium", "debootstrap", "systemd-container", "iproute2", "openssh-client", "procps",
-            "equivs", "dpkg-dev", "apt-utils", "prometheus", "prometheus-node-exporter", "stress-ng",
-            "openmpi-bin", "python3-mpi4py", "perftest", "slurmctld", "slurmd", "slurm-client", "munge"]
+            "equivs", "dpkg-dev", "apt-utils", "prometheus", "prometheus-node-exporter", "prometheus-alertmanager",
+            "openjdk-17-jre-headless", "stress-ng", "openmpi-bin", "python3-mpi4py", "perftest", "slurmctld", "slurmd",
+            "slurm-client", "munge"]
 
 pytestmark = pytest.mark.skipif(not shutil.which("dpkg-query"), reason="not a dpkg-based machine")
 

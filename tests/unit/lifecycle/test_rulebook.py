@@ -1,7 +1,7 @@
 """The EDA rulebook (extensions/eda/rulebooks/gpufleet_quarantine.yml) against a recorded Alertmanager webhook POST
 (Alertmanager's webhook_config JSON, version 4): its condition matches a firing GpuXidCritical and nothing else, and
 its action runs the lifecycle playbook's quarantine for the alert's node with a finding code the repair ladder
-knows. ansible-rulebook (Java, drools) is not run here: the condition is evaluated by a reader of the only form it
+knows, taken from the newest alert of the node's group. ansible-rulebook (Java, drools) is not run here: the condition is evaluated by a reader of the only form it
 may take (`event.<path> == "<value>"` joined by `and`), which fails on anything else."""
 
 import copy
@@ -35,7 +35,8 @@ def matches(condition, event):
 
 def _rule():
     (ruleset,) = yaml.safe_load(RULEBOOK.read_text())
-    assert list(ruleset["sources"][0]) == ["name", "ansible.eda.webhook"]
+    # ansible-rulebook's builtin webhook source (>= 1.3): no collection to install beside it.
+    assert list(ruleset["sources"][0]) == ["name", "eda.builtin.webhook"]
     (rule,) = ruleset["rules"]
     return rule
 
@@ -45,19 +46,38 @@ def _event(payload):
     return {"payload": payload, "meta": {"endpoint": "alerts", "headers": {"Content-Type": "application/json"}}}
 
 
+def render(action, payload):
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    return {k: env.from_string(v).render(event=_event(payload)) if isinstance(v, str) else v
+            for k, v in action["extra_vars"].items()}
+
+
 def test_a_firing_gpu_xid_critical_runs_the_quarantine_for_its_node():
     rule = _rule()
     assert matches(rule["condition"], _event(PAYLOAD))
     action = rule["action"]["run_playbook"]
     assert action["name"] == "kentino.gpufleet.lifecycle" and (REPO / "playbooks" / "lifecycle.yml").is_file()
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    rendered = {k: env.from_string(v).render(event=_event(PAYLOAD)) if isinstance(v, str) else v
-                for k, v in action["extra_vars"].items()}
+    rendered = render(action, PAYLOAD)
     assert rendered["lifecycle_action"] == "quarantine" and rendered["lifecycle_actor"] == "alert"
     assert rendered["lifecycle_node"] == "gpu01"  # the instance without the exporter's port
     assert rendered["lifecycle_code"] == "XID_79" and repair_ladder.start(rendered["lifecycle_code"])[0] == \
         "bmc_power_cycle"
-    assert "XID 79 on GPU 3" in rendered["lifecycle_reason"]
+    assert rendered["lifecycle_gpu"] == "3" and "XID 79 on GPU 3" in rendered["lifecycle_reason"]
+
+
+def test_the_finding_is_the_newest_alert_of_the_nodes_group():
+    # A second GPU's XID while the first still fires: Alertmanager posts the group, both alerts, in its own order.
+    payload = copy.deepcopy(PAYLOAD)
+    newer = copy.deepcopy(payload["alerts"][0])
+    newer["labels"].update(gpu="5", xid="48", pci="0000:c5:00")
+    newer["annotations"]["summary"] = "gpu01:9100: XID 48 on GPU 5 (0000:c5:00) 2s ago"
+    newer["startsAt"] = "2026-11-30T02:20:00.000Z"
+    payload["alerts"].insert(0, newer)
+    payload["alerts"][1]["startsAt"] = "2026-11-30T02:14:05.412Z"
+    payload["alerts"].reverse()
+    rendered = render(_rule()["action"]["run_playbook"], payload)
+    assert (rendered["lifecycle_code"], rendered["lifecycle_gpu"]) == ("XID_48", "5")
+    assert "XID 48 on GPU 5" in rendered["lifecycle_reason"]
 
 
 @pytest.mark.parametrize("change", [
