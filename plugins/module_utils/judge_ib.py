@@ -19,6 +19,10 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common impo
 
 CHECK = "ib_ports"
 THRESHOLDS = ("gpufleet_ib_expected_rate_gbps", "gpufleet_ib_expected_width", "gpufleet_ib_error_rise_max")
+# How ib_ports says a node has no InfiniBand (its not_run starts with this): nothing to check there, which the report
+# shows as skipped with the reason but never counts among the checks a node left out.
+NO_INFINIBAND = "no InfiniBand on this node"
+
 CODES = {
     "IB_PORT_DOWN": ("fail", "a port not ACTIVE/LinkUp, or gone after the load"),
     "IB_RATE_LOW": ("fail", "a port's rate below gpufleet_ib_expected_rate_gbps: trained down"),

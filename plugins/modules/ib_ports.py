@@ -118,7 +118,7 @@ def main():
     obs = ib_sysfs.read_ports(module.params["root"])
     obs.update(root=module.params["root"], baseline=baseline, not_run=None)
     if not obs["ports"] and not _hcas(module.params["root"]):
-        obs["not_run"] = "no InfiniBand on this node: %s" % (
+        obs["not_run"] = "%s: %s" % (judge_ib.NO_INFINIBAND,
             "; ".join(p["message"] for p in obs["problems"]) or "%s has no HCA" % module.params["root"])
     exit_check(module, obs, judge_ib.judge(obs, t, node_name()))
 

@@ -249,7 +249,13 @@ def evaluate_node(host, hv, in_play_hosts=None):
         if name in results:
             state, data, reason = read_result(name, results[name])
             read[name] = data if state == "ok" else None
-            _check_state(node, name, state, reason)
+            absent = getattr(_rule, "not_applicable", None) if state == "skipped" and data is not None else None
+            if absent and absent(data):
+                # the hardware the check reads is not there: skipped with the module's reason, but not among the
+                # checks the node left out (switched off, refused), which the node's summary lists
+                node.set_check(name, "skipped", [absent(data)])
+            else:
+                _check_state(node, name, state, reason)
     for name in sorted(set(results) - {n for n, _ in CHECKS} - set(_OTHER_RESULTS)):
         _invalid(node, name, "gpufleet_result_%s is not a result this collection knows (known: %s)" % (
             name, ", ".join(n for n, _ in CHECKS)))

@@ -18,3 +18,9 @@ def apply(node, data):
     ports = data.get("ports") or []
     figures = {"ports": len(ports), "ports_active": sum(p.get("state_name") == "ACTIVE" for p in ports)}
     node.judged(MODULE, findings, figures, data.get("not_run"), data)
+
+
+def not_applicable(data):
+    """Why there is nothing to check (a node without InfiniBand), else None: skipped, not a check left out."""
+    why = str(data.get("not_run") or "")
+    return why if not data.get("ports") and why.startswith(judge_ib.NO_INFINIBAND) else None
