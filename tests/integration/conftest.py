@@ -25,10 +25,12 @@ def pytest_collection_modifyitems(config, items):
 
 # The longest units of this suite (minutes each on a 2-core machine beside the fleet), started first.
 LONGEST = ("tests/integration/test_sim_audit.py::test_the_slow_ecc_leak_is_caught_as_a_trend_before_its_first_"
-           "uncorrectable_error", "burn_in_run", "tests/integration/test_one_verdict.py",
+           "uncorrectable_error", "burn_in_run",
+           "tests/integration/test_demo_loop.py::test_the_demo_loop_returns_one_node_and_sends_the_lemon_to_rma",
+           "tests/integration/test_one_verdict.py",
            "tests/integration/test_operator_journey.py::test_the_burn_stage_in_a_loop_never_loses_a_finding",
-           "preflight_run", "tests/integration/test_sim_audit.py::test_a_node_twenty_percent_below_its_own_burn_in_"
-           "baseline_is_flagged", "real_slurm")
+           "tests/integration/test_sim_audit.py::test_a_node_twenty_percent_below_its_own_burn_in_baseline_is_flagged",
+           "tests/integration/test_lifecycle.py", "real_slurm", "preflight_run")
 
 
 # Session fixtures below that run a playbook or start daemons: every test that uses one (directly or through a module
