@@ -249,11 +249,12 @@ def evaluate_node(host, hv, in_play_hosts=None):
         if name in results:
             state, data, reason = read_result(name, results[name])
             read[name] = data if state == "ok" else None
-            absent = getattr(_rule, "not_applicable", None) if state == "skipped" and data is not None else None
-            if absent and absent(data):
+            not_applicable = getattr(_rule, "not_applicable", None)
+            absent = not_applicable(data) if not_applicable and state == "skipped" and data is not None else None
+            if absent:
                 # the hardware the check reads is not there: skipped with the module's reason, but not among the
                 # checks the node left out (switched off, refused), which the node's summary lists
-                node.set_check(name, "skipped", [absent(data)])
+                node.set_check(name, "skipped", [absent])
             else:
                 _check_state(node, name, state, reason)
     for name in sorted(set(results) - {n for n, _ in CHECKS} - set(_OTHER_RESULTS)):
