@@ -7,9 +7,8 @@ gpufleet_fabric_leaf) about half the nodes pair inside the leaf and half with no
 crossing pairs going to as many different leaves as there are: so a slow leaf (every crossing pair slow, the inside
 pairs not) is told from a slow node, and never confused with the leaf at the other end. Each later round pairs every
 suspect (judge_fabric.analyse: a member of a slow or errored pair that has not passed, or a node not tested yet) with
-a proven node (one that passed) it has not met, on its own leaf when there is one (that tests the node without the
-leaf's uplinks), each node in at most one pair per round. The search ends when no suspect is left, none can be
-paired, or after max_rounds. Who is accused is judge_fabric's decision alone.
+a partner it has not met (next_round says which first), each node in at most one pair per round. The search ends
+when no suspect is left, none can be paired, or after max_rounds. Who is accused is judge_fabric's decision alone.
 """
 
 from __future__ import annotations
@@ -71,25 +70,40 @@ def first_round(leaves, seed=0):
 
 
 def next_round(result, t):
-    """[(suspect, proven partner)] for the next round, from the pairs so far; [] when the search is done."""
+    """[(suspect, partner)] for the next round, from the pairs so far; [] when the search is done.
+
+    Each suspect's partner is, in this order: a proven node on its own leaf (a pair that does not touch the leaf's
+    uplinks), another suspect of its leaf (a pass proves both; a slow pair counts against neither, only proven
+    partners do), a proven node elsewhere. Proven partners on a slow leaf are scarce, so they go first to the
+    suspects of a slow pair inside their leaf: that evidence points at a node, not at the uplinks, and such a
+    suspect is never paired with another suspect."""
     t = complete(t)
     analysis = judge_fabric.analyse(result, t)
     if analysis["floor"] is None:
         return []
     leaves = result.get("leaves") or {}
-    met = set()
-    for pair in result.get("pairs") or []:
+    met, inside_slow = set(), set()
+    for i, pair in enumerate(result.get("pairs") or []):
         a, b = pair["nodes"]
         met.update([(a, b), (b, a)])
+        if analysis["status"][i] == "slow" and leaves.get(a) is not None and leaves.get(a) == leaves.get(b):
+            inside_slow.update([a, b])
     proven = sorted(set(analysis["proven"]) - set(analysis["accused"]))
+    suspects = sorted(analysis["suspects"], key=lambda n: (n not in inside_slow, n))
     busy, out = set(), []
-    for node in analysis["suspects"]:
-        candidates = [p for p in proven if p not in busy and p != node and (node, p) not in met]
-        if not candidates:
+
+    def free(nodes, node, same_leaf):
+        return [p for p in nodes if p not in busy and p != node and (node, p) not in met
+                and (not same_leaf or (leaves.get(node) is not None and leaves.get(p) == leaves.get(node)))]
+
+    for node in suspects:
+        if node in busy:
             continue
-        partner = min(candidates, key=lambda p: (leaves.get(p) != leaves.get(node) or leaves.get(node) is None, p))
-        busy.update([node, partner])
-        out.append((node, partner))
+        choices = (free(proven, node, True) or ([] if node in inside_slow else
+                   free([s for s in suspects if s not in inside_slow], node, True)) or free(proven, node, False))
+        if choices:
+            busy.update([node, choices[0]])
+            out.append((node, choices[0]))
     return out
 
 
