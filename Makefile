@@ -81,7 +81,7 @@ test-fleet: system-deps venv
 # beside the fleet's (which mostly waits on its nodes). Every suite runs; the table of their times is printed at the
 # end (tests/output/suite-times.txt, each suite's output in tests/output/<suite>.log).
 test: system-deps venv torch-venv min-venv
-	hack/run-suites "sanity test-min lint unit" "integration" "test-fleet"
+	hack/run-suites "sanity test-min lint" "unit integration" "test-fleet"
 
 # The timing-sensitive suites with a CPU hog beside them (stress-ng, 2 workers per core): no verdict may depend on the
 # machine's load. Elastic restarts, the post-mortem on real jobs, the CLI's live view, the XID watcher and the
