@@ -49,7 +49,11 @@ def section(data):
         "baseline_source": a["source"],
         "slow_margin": float(t["gpufleet_fabric_slow_margin"]),
         "leaves": dict((n, leaf) for n, leaf in sorted((data.get("leaves") or {}).items())),
-        "pairs": [{"round": p.get("round", 1), "nodes": list(p["nodes"]), "busbw_gbps": p.get("busbw_gbps"),
-                   "status": a["status"][i], "error": p.get("error")} for i, p in enumerate(data.get("pairs") or [])],
+        "pairs": [dict({"round": p.get("round", 1), "nodes": list(p["nodes"]), "busbw_gbps": p.get("busbw_gbps"),
+                        "status": a["status"][i], "error": p.get("error")},
+                       **({"rails": [{"hca": r.get("hca"), "gbps": r.get("gbps"), "error": r.get("error"),
+                                      "evidence": list(r.get("evidence") or [])} for r in p["rails"]]}
+                          if p.get("rails") else {}))
+                  for i, p in enumerate(data.get("pairs") or [])],
         "findings": findings,
     }
