@@ -142,7 +142,7 @@ def answers(launched, finished):
 
 # ---- per rail: ib_write_bw between the two nodes' HCAs of each rail ------------------------------------------------
 RAIL_PORT = 18515  # perftest's default port: rail i listens on RAIL_PORT + i, every rail of a pair at once
-RAIL_CONNECT_S = 30  # how long a client retries a server another task is still starting
+RAIL_CONNECT_S = 30  # how long a client retries a server another task is still starting (at most half its timeout)
 DEFAULT_RAIL_TIMEOUT_S = 120
 
 
@@ -171,8 +171,9 @@ def rail_plan(pair, mpi_hosts, hcas, rail_timeouts):
     both = [h for h in hcas.get(a) or [] if h in set(hcas.get(b) or [])]
     if not both:
         return None
+    timeout = rail_timeouts.get(a, DEFAULT_RAIL_TIMEOUT_S)
     return {"client": a, "server": b, "server_host": mpi_hosts[b], "hcas": both, "base_port": RAIL_PORT,
-            "timeout_s": rail_timeouts.get(a, DEFAULT_RAIL_TIMEOUT_S), "connect_timeout_s": RAIL_CONNECT_S}
+            "timeout_s": timeout, "connect_timeout_s": min(RAIL_CONNECT_S, timeout // 2)}
 
 
 def _side(results):

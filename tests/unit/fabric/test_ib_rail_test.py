@@ -100,6 +100,7 @@ def test_a_pair_runs_the_rails_both_nodes_have_and_none_without_infiniband():
                     "base_port": 18515, "timeout_s": pair_test.DEFAULT_RAIL_TIMEOUT_S,
                     "connect_timeout_s": pair_test.RAIL_CONNECT_S}
     assert pair_test.rail_plan(("a", "c"), hosts, hcas, {}) is None
+    assert pair_test.rail_plan(("a", "b"), hosts, hcas, {"a": 10})["connect_timeout_s"] == 5
 
 
 def launched(item, job=True):
