@@ -47,25 +47,38 @@ class ActionModule(ActionBase):
         state = args.get("search")
         if state is None:
             state = self._start([str(h) for h in args["hosts"]], task_vars.get("hostvars") or {}, args["ib"])
-        else:
+        elif state.get("group_plan") is None:
             answers = pair_test.answers(args["launched"], args["finished"])
-            planned = self._plan(state)
-            rails = pair_test.rail_answers(planned, args["rail_servers"], args["rail_clients"])
+            rails = pair_test.rail_answers(self._plan(state), args["rail_servers"], args["rail_clients"])
             for answer in answers:
                 if tuple(answer["nodes"]) in rails:
                     answer["rails"] = rails[tuple(answer["nodes"])]
-            search.record(state, answers, complete(state["thresholds"]), state["max_rounds"])
+            t = complete(state["thresholds"])
+            search.record(state, answers, t, state["max_rounds"])
+            if not state["plan"]:  # the pair rounds are done: the bisection over the leaves' groups follows
+                search.start_groups(state, judge_fabric.analyse(state, t)["floor"])
+        else:
+            floor = judge_fabric.analyse(state, complete(state["thresholds"]))["floor"]
+            search.record_groups(state, pair_test.answers(args["launched"], args["finished"]), floor,
+                                 state["max_rounds"])
         plan = self._plan(state)
-        result.update({"changed": False, "search": state, "plan": plan, "round": state["rounds"] + 1,
-                       "msg": "round %d: %d pair test(s)" % (state["rounds"] + 1, len(plan)) if plan else
-                       "search done after %d round(s), %d pair test(s)" % (state["rounds"], len(state["pairs"]))})
+        if state["plan"]:
+            msg = "round %d: %d pair test(s)" % (state["rounds"] + 1, len(plan))
+        elif plan:
+            msg = "group round %d: %d group test(s)" % (state["group_rounds"] + 1, len(plan))
+        else:
+            msg = "search done after %d round(s), %d pair test(s), %d group test(s)" % (
+                state["rounds"] + state.get("group_rounds", 0), len(state["pairs"]), len(state.get("groups") or []))
+        result.update({"changed": False, "search": state, "plan": plan,
+                       "round": state["rounds"] + state.get("group_rounds", 0) + 1, "msg": msg})
         return result
 
     @staticmethod
     def _plan(state):
+        """The launches of the next round: the pair tests while the pair rounds go on, then the bisection's groups."""
         return [pair_test.launch(p, state["mpi_hosts"], state["slots"], state["timeouts"], state["mpirun_args"],
                                  state["envs"], state["sizes"], state["hcas"], state["rail_timeouts"])
-                for p in state["plan"]]
+                for p in state["plan"] or state.get("group_plan") or []]
 
     @staticmethod
     def _start(hosts, hostvars, ib_results):

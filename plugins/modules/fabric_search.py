@@ -30,6 +30,10 @@ description:
     results of the launch and of its async_status) and returns the next round's plan; an empty RV(plan) ends the
     search. A pair whose test could not run (unreachable, a timeout, mpirun unable to reach the partner) is an error,
     never evidence against either node.
+  - Once the pair rounds are done it plans the bisection's group rounds (at most C(gpufleet_fabric_max_rounds) more)
+    - every leaf's nodes as one group, then both halves of each slow group - as RV(plan) entries launched like a pair
+    test from the group's first node (C(mpirun -H a:8,b:8,c:8,...), no rails); their answers are recorded in
+    RV(search)'s C(groups), which the fleet report judges (C(FABRIC_GROUP_SLOW)).
   - Who is accused is judge_fabric's decision (the fleet report's fabric section); the plan follows the same rule.
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
@@ -93,12 +97,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 search:
-  description: The search so far (C(pairs), C(leaves), C(rounds), C(plan), C(thresholds)); the fleet report's input.
+  description:
+    - The search so far (C(pairs), C(leaves), C(rounds), C(plan), C(thresholds), and after the pair rounds C(groups),
+      C(group_rounds), C(group_plan)); the fleet report's input.
   returned: always
   type: dict
 plan:
   description:
-    - The next round's pair tests C({nodes, launch_from, mpi_hosts, np, timeout_s, launcher_args, env, min_bytes,
+    - The next round's pair (or group) tests C({nodes, launch_from, mpi_hosts, np, timeout_s, launcher_args, env, min_bytes,
       max_bytes, rails}) (the launching node's settings, checked); empty when the search is done.
     - C(rails) is C({client, server, server_host, hcas, base_port, timeout_s, connect_timeout_s}) (the client on the
       pair's first node, the server on its second, rail I(i) on port C(base_port) + I(i)), or null when a node of
@@ -107,7 +113,7 @@ plan:
   type: list
   elements: dict
 round:
-  description: The number of the next round.
+  description: The number of the next round (pair rounds, then group rounds).
   returned: always
   type: int
 """

@@ -4,7 +4,7 @@
 (who launches, mpirun's -H) and its answer read from the task's result (kentino.gpufleet.nccl_test under mpirun,
 launched asynchronously from the pair's first node and polled with async_status).
 
-An answer is {"nodes": [a, b], "busbw_gbps": float or None, "error": str or None, "evidence": [lines]}: a figure
+An answer is {"nodes": nodes, "busbw_gbps": float or None, "error": str or None, "evidence": [lines]}: a figure
 only when the test ran to its end with result rows and no failure line; anything else (unreachable, a hang killed
 by the timeout, mpirun unable to reach the partner, NCCL's remote error) is an error naming what happened, which
 judge_fabric never counts against either node.
@@ -70,20 +70,22 @@ def host_errors(mpi_hosts, slots, timeouts, mpirun_args=None, envs=None, sizes=N
     return out
 
 
-def launch(pair, mpi_hosts, slots, timeouts, mpirun_args=None, envs=None, sizes=None, hcas=None,
+def launch(nodes, mpi_hosts, slots, timeouts, mpirun_args=None, envs=None, sizes=None, hcas=None,
            rail_timeouts=None):
     """{"nodes", "launch_from", "mpi_hosts", "np", "timeout_s", "launcher_args", "env", "min_bytes", "max_bytes",
     "rails"} of one planned pair: run from its first node with its settings (timeout, extra mpirun arguments,
     environment, sizes), every rank of both (`mpirun -np N --allow-run-as-root -H a:8,b:8 <extra> all_reduce_perf`).
-    rails: the per-rail ib_write_bw (rail_plan), or None when a node of the pair has no InfiniBand."""
-    a, b = pair
-    hosts = "%s:%d,%s:%d" % (mpi_hosts[a], slots[a], mpi_hosts[b], slots[b])
+    rails: the per-rail ib_write_bw (rail_plan), or None when a node of the pair has no InfiniBand. A group of the
+    bisection (more nodes) is launched the same way, from its first node (`-H a:8,b:8,c:8,...`), without rails."""
+    a = nodes[0]
+    hosts = ",".join("%s:%d" % (mpi_hosts[n], slots[n]) for n in nodes)
     low, high = (sizes or {}).get(a) or DEFAULT_SIZES
     extra = list((mpirun_args or {}).get(a) or [])
-    return {"nodes": [a, b], "launch_from": a, "np": slots[a] + slots[b], "timeout_s": timeouts[a],
+    return {"nodes": list(nodes), "launch_from": a, "np": sum(slots[n] for n in nodes), "timeout_s": timeouts[a],
             "mpi_hosts": hosts, "launcher_args": MPIRUN_FIXED_ARGS + ["-H", hosts] + extra,
             "env": dict((k, str(v)) for k, v in ((envs or {}).get(a) or {}).items()), "min_bytes": low,
-            "max_bytes": high, "rails": rail_plan(pair, mpi_hosts, hcas or {}, rail_timeouts or {})}
+            "max_bytes": high,
+            "rails": rail_plan(nodes, mpi_hosts, hcas or {}, rail_timeouts or {}) if len(nodes) == 2 else None}
 
 
 def _tail(lines):
@@ -91,23 +93,24 @@ def _tail(lines):
 
 
 def answer(nodes, result):
-    """The answer to one pair from its task result (async_status's, or the launch's when it never started)."""
-    a, b = nodes
+    """The answer to one pair (or group) from its task result (async_status's, or the launch's when it never
+    started)."""
+    a, nodes = nodes[0], list(nodes)
     result = result if isinstance(result, dict) else {}
     tool = result.get("tool") if isinstance(result.get("tool"), dict) else {}
     argv = " ".join(str(x) for x in tool.get("argv") or [])
     evidence = (["on %s: %s" % (a, argv)] if argv else [])
     if result.get("unreachable"):
-        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail([result.get("msg")]),
+        return {"nodes": nodes, "busbw_gbps": None, "evidence": evidence + _tail([result.get("msg")]),
                 "error": "%s, the node that launches the test, is unreachable: %s" % (
                     a, str(result.get("msg") or "no message").strip().splitlines()[0][:200])}
     if tool.get("timed_out"):
-        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(result.get("output_tail")),
+        return {"nodes": nodes, "busbw_gbps": None, "evidence": evidence + _tail(result.get("output_tail")),
                 "error": "the test did not finish within its timeout (%ss): a hung collective or a partner that "
                          "stopped answering; its processes were killed" % tool.get("duration_s")}
     if tool.get("error") and tool.get("rc") is None:
         # The test could not start on the launching node (mpirun or all_reduce_perf missing there): say where.
-        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence,
+        return {"nodes": nodes, "busbw_gbps": None, "evidence": evidence,
                 "error": "on %s, the node that launches the test: %s" % (a, str(tool["error"]).strip()[:200])}
     figure = result.get("peak_busbw_gbps")
     failures = list(result.get("failures") or [])
@@ -119,9 +122,9 @@ def answer(nodes, result):
             or list(result.get("reasons") or []) \
             or [result.get("msg") or tool.get("error")]
         first = next((str(s) for s in said if s), "no bus bandwidth figure")
-        return {"nodes": [a, b], "busbw_gbps": None, "evidence": evidence + _tail(failures + unparsed),
+        return {"nodes": nodes, "busbw_gbps": None, "evidence": evidence + _tail(failures + unparsed),
                 "error": "rc=%s: %s" % (tool.get("rc"), first.strip().splitlines()[0][:200])}
-    return {"nodes": [a, b], "busbw_gbps": float(figure), "error": None,
+    return {"nodes": nodes, "busbw_gbps": float(figure), "error": None,
             "evidence": evidence + _tail(result.get("evidence"))}
 
 

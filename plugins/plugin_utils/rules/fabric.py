@@ -40,6 +40,8 @@ def section(data):
     for f in findings:
         for key in ("gpu", "pci"):
             f.pop(key, None)
+    groups = data.get("groups") or []
+    group_states = judge_fabric.analyse_groups(groups, a["floor"])["status"]
     return {
         "version": SECTION_VERSION,
         "verdict": worst([f["severity"] for f in findings], default="pass"),
@@ -55,5 +57,7 @@ def section(data):
                                       "evidence": list(r.get("evidence") or [])} for r in p["rails"]]}
                           if p.get("rails") else {}))
                   for i, p in enumerate(data.get("pairs") or [])],
+        "groups": [{"round": g.get("round", 1), "nodes": list(g["nodes"]), "busbw_gbps": g.get("busbw_gbps"),
+                    "status": group_states[i], "error": g.get("error")} for i, g in enumerate(groups)],
         "findings": findings,
     }
