@@ -30,10 +30,10 @@ description:
     results of the launch and of its async_status) and returns the next round's plan; an empty RV(plan) ends the
     search. A pair whose test could not run (unreachable, a timeout, mpirun unable to reach the partner) is an error,
     never evidence against either node.
-  - Once the pair rounds are done it plans the bisection's group rounds (at most C(gpufleet_fabric_max_rounds) more)
-    - every leaf's nodes as one group, then both halves of each slow group - as RV(plan) entries launched like a pair
-    test from the group's first node (C(mpirun -H a:8,b:8,c:8,...), no rails); their answers are recorded in
-    RV(search)'s C(groups), which the fleet report judges (C(FABRIC_GROUP_SLOW)).
+  - Once the pair rounds are done it plans the bisection's group rounds, at most C(gpufleet_fabric_max_rounds) more;
+    every leaf's nodes as one group, then both halves of each slow group. Each group is an RV(plan) entry launched
+    like a pair test from the group's first node (C(mpirun -H a:8,b:8,c:8,...), no rails); their answers are recorded
+    in RV(search)'s C(groups), which the fleet report judges (C(FABRIC_GROUP_SLOW)).
   - Who is accused is judge_fabric's decision (the fleet report's fabric section); the plan follows the same rule.
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
@@ -68,7 +68,7 @@ options:
     default: []
   ib:
     description:
-      - At the start, the registered loop results of M(kentino.gpufleet.ib_ports) over the nodes (item, the host):
+      - At the start, the registered loop results of M(kentino.gpufleet.ib_ports) over the nodes (item, the host),
         their HCAs. A pair whose nodes both have HCAs of the same names runs C(ib_write_bw) on each of those rails
         (RV(plan)'s C(rails)); a node without InfiniBand gets no rail test.
     type: list
@@ -104,8 +104,8 @@ search:
   type: dict
 plan:
   description:
-    - The next round's pair (or group) tests C({nodes, launch_from, mpi_hosts, np, timeout_s, launcher_args, env, min_bytes,
-      max_bytes, rails}) (the launching node's settings, checked); empty when the search is done.
+    - The next round's pair (or group) tests C({nodes, launch_from, mpi_hosts, np, timeout_s, launcher_args, env,
+      min_bytes, max_bytes, rails}) (the launching node's settings, checked); empty when the search is done.
     - C(rails) is C({client, server, server_host, hcas, base_port, timeout_s, connect_timeout_s}) (the client on the
       pair's first node, the server on its second, rail I(i) on port C(base_port) + I(i)), or null when a node of
       the pair has no InfiniBand.

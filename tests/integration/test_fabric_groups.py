@@ -23,8 +23,7 @@ def run(tmp_path_factory):
         {"kind": "scale_leaf", "leaf": "leaf-1", "min_nodes": 4, "factor": 0.5}]}))
     lines = ["gpufleet_nodes:", "  children:", "    gpufleet_sim:", "gpufleet_sim:", "  vars:",
              "    gpufleet_sim_scenario: healthy_h100", "    gpufleet_sim_fabric: %s" % fabric,
-             "    gpufleet_fabric_pair_busbw_gbps: 46.0", "    gpufleet_fabric_pair_timeout_s: 20",
-             "    gpufleet_fabric_rail_timeout_s: 20", "  children:"]
+             "    gpufleet_fabric_pair_busbw_gbps: 46.0", "    gpufleet_fabric_pair_timeout_s: 20", "  children:"]
     for leaf, nodes in LEAVES.items():
         lines += ["    %s:" % leaf.replace("-", "_"), "      vars: {gpufleet_fabric_leaf: %s}" % leaf, "      hosts:"]
         lines += ["        %s:" % n for n in nodes]

@@ -4,10 +4,12 @@
 (who launches, mpirun's -H) and its answer read from the task's result (kentino.gpufleet.nccl_test under mpirun,
 launched asynchronously from the pair's first node and polled with async_status).
 
-An answer is {"nodes": nodes, "busbw_gbps": float or None, "error": str or None, "evidence": [lines]}: a figure
-only when the test ran to its end with result rows and no failure line; anything else (unreachable, a hang killed
-by the timeout, mpirun unable to reach the partner, NCCL's remote error) is an error naming what happened, which
-judge_fabric never counts against either node.
+An answer is {"nodes": [a, b] (a group of the bisection: all its nodes), "busbw_gbps": float or None, "error": str
+or None, "evidence": [lines]}: a figure only when the test ran to its end with result rows and no failure line;
+anything else (unreachable, a hang killed by the timeout, mpirun unable to reach the partner, NCCL's remote error) is
+an error naming what happened, which judge_fabric never counts against either node. Where both nodes of a pair have InfiniBand the pair also runs
+ib_write_bw on each rail they share (rail_plan, the module kentino.gpufleet.ib_write_bw on both nodes), and each
+rail's answer joins the pair's (rail_answers).
 """
 
 from __future__ import annotations
