@@ -3,10 +3,9 @@ fabric: ten nodes on two leaf switches, one with a slow NIC rail, one that SSH c
 whose pair tests hang. The slow node is found and named on its row with its action; no healthy node is accused; the
 unreachable and the hung pairs are errors that accuse nobody (the unreachable node's rail tests too)."""
 
-import json
-
 import pytest
-from helpers.playbook_runner import REPO, codes, nodes_by_host, run_playbook
+from helpers.fabric_runs import run_fabric
+from helpers.playbook_runner import codes, nodes_by_host
 
 pytestmark = pytest.mark.slow
 
@@ -17,24 +16,11 @@ SLOW, DOWN, HUNG = "fab03", "fab07", "fab09"
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    inv = tmp_path_factory.mktemp("fabric-inventory")
-    fabric = inv.parent / ("%s-fabric.json" % inv.name)
-    fabric.write_text(json.dumps({"seed": 3, "leaves": LEAVES, "down": [DOWN], "hung": [HUNG],
-                                  "faults": [{"kind": "slow_nic", "node": SLOW, "rail": 5, "factor": 0.5}]}))
-    lines = ["gpufleet_nodes:", "  children:", "    gpufleet_sim:", "gpufleet_sim:", "  vars:",
-             "    gpufleet_sim_scenario: healthy_h100", "    gpufleet_sim_fabric: %s" % fabric,
-             "    gpufleet_fabric_pair_busbw_gbps: 46.0", "    gpufleet_fabric_pair_timeout_s: 10",
-             "    gpufleet_fabric_rail_timeout_s: 10", "  children:"]
-    for leaf, nodes in LEAVES.items():
-        lines += ["    %s:" % leaf.replace("-", "_"), "      vars: {gpufleet_fabric_leaf: %s}" % leaf, "      hosts:"]
-        lines += ["        %s:" % n for n in nodes]
-    (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
-    (inv / "group_vars").symlink_to(REPO / "inventories" / "sim" / "group_vars")
-    root = tmp_path_factory.mktemp("fabric-run")
-    rc, output, report = run_playbook("fabric", root, inventory=str(inv), extra={"gpufleet_sim_time_scale": 0.001},
-                                      timeout=300)
-    assert report is not None, output[-4000:]
-    return rc, output, report, root / "reports" / "latest"
+    return run_fabric(tmp_path_factory, "fabric", LEAVES, {
+        "seed": 3, "down": [DOWN], "hung": [HUNG],
+        "faults": [{"kind": "slow_nic", "node": SLOW, "rail": 5, "factor": 0.5}]}, {
+        "gpufleet_fabric_pair_busbw_gbps": 46.0, "gpufleet_fabric_pair_timeout_s": 10,
+        "gpufleet_fabric_rail_timeout_s": 10})
 
 
 def test_the_slow_node_is_found_with_its_evidence_and_action(run):

@@ -4,10 +4,9 @@ simulated fabric: eight nodes on two leaf switches, one leaf slow only when all 
 mpirun -H a:8,b:8,c:8,d:8, then both halves of the slow one: the leaf's group is FABRIC_GROUP_SLOW in report.json and
 no node is accused."""
 
-import json
-
 import pytest
-from helpers.playbook_runner import REPO, nodes_by_host, run_playbook
+from helpers.fabric_runs import run_fabric
+from helpers.playbook_runner import nodes_by_host
 
 pytestmark = pytest.mark.slow
 
@@ -17,27 +16,13 @@ LEAVES = {"leaf-1": NODES[:4], "leaf-2": NODES[4:]}
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    inv = tmp_path_factory.mktemp("fabric-groups-inventory")
-    fabric = inv.parent / ("%s-fabric.json" % inv.name)
-    fabric.write_text(json.dumps({"seed": 7, "leaves": LEAVES, "faults": [
-        {"kind": "scale_leaf", "leaf": "leaf-1", "min_nodes": 4, "factor": 0.5}]}))
-    lines = ["gpufleet_nodes:", "  children:", "    gpufleet_sim:", "gpufleet_sim:", "  vars:",
-             "    gpufleet_sim_scenario: healthy_h100", "    gpufleet_sim_fabric: %s" % fabric,
-             "    gpufleet_fabric_pair_busbw_gbps: 46.0", "    gpufleet_fabric_pair_timeout_s: 20", "  children:"]
-    for leaf, nodes in LEAVES.items():
-        lines += ["    %s:" % leaf.replace("-", "_"), "      vars: {gpufleet_fabric_leaf: %s}" % leaf, "      hosts:"]
-        lines += ["        %s:" % n for n in nodes]
-    (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
-    (inv / "group_vars").symlink_to(REPO / "inventories" / "sim" / "group_vars")
-    root = tmp_path_factory.mktemp("fabric-groups-run")
-    rc, output, report = run_playbook("fabric", root, inventory=str(inv), extra={"gpufleet_sim_time_scale": 0.001},
-                                      timeout=300)
-    assert report is not None, output[-4000:]
-    return rc, output, report
+    return run_fabric(tmp_path_factory, "fabric-groups", LEAVES, {
+        "seed": 7, "faults": [{"kind": "scale_leaf", "leaf": "leaf-1", "min_nodes": 4, "factor": 0.5}]}, {
+        "gpufleet_fabric_pair_busbw_gbps": 46.0, "gpufleet_fabric_pair_timeout_s": 20})
 
 
 def test_the_leaf_slow_only_at_scale_is_found_by_the_group_rounds(run):
-    rc, output, report = run
+    rc, output, report, _dir = run
     found = [f for f in report["fabric"]["findings"] if f["code"] == "FABRIC_GROUP_SLOW"]
     assert len(found) == 1, output[-3000:]
     assert found[0]["nodes"] == [] and found[0]["severity"] == "fail"
@@ -46,7 +31,7 @@ def test_the_leaf_slow_only_at_scale_is_found_by_the_group_rounds(run):
 
 
 def test_the_groups_ran_from_the_playbook_leaf_then_halves(run):
-    _rc, _output, report = run
+    _rc, _output, report, _dir = run
     groups = [(g["round"], tuple(g["nodes"]), g["status"]) for g in report["fabric"]["groups"]]
     assert sorted(groups) == [(1, tuple(LEAVES["leaf-1"]), "slow"), (1, tuple(LEAVES["leaf-2"]), "pass"),
                               (2, tuple(NODES[:2]), "pass"), (2, tuple(NODES[2:4]), "pass")]
@@ -54,13 +39,13 @@ def test_the_groups_ran_from_the_playbook_leaf_then_halves(run):
 
 
 def test_no_node_is_accused(run):
-    _rc, _output, report = run
+    _rc, _output, report, _dir = run
     nodes = nodes_by_host(report)
     assert {h: n["verdict"] for h, n in nodes.items()} == dict.fromkeys(NODES, "pass")
 
 
 def test_the_group_test_is_one_mpirun_over_the_leaf_s_nodes(run):
-    _rc, _output, report = run
+    _rc, _output, report, _dir = run
     found = [f for f in report["fabric"]["findings"] if f["code"] == "FABRIC_GROUP_SLOW"]
     launch = [line for f in found for line in f["evidence"] if line.startswith("on grp01: ")]
     assert launch and "-np 32 " in launch[0] and "-H grp01:8,grp02:8,grp03:8,grp04:8" in launch[0]

@@ -3,10 +3,9 @@ simulated fabric: eight nodes with InfiniBand on two leaf switches, one of them 
 lanes, and a ninth node without InfiniBand. The slow rail is named with its HCA on the slow node's row; the node
 without InfiniBand runs its pair tests, no rail test and gets no rail finding."""
 
-import json
-
 import pytest
-from helpers.playbook_runner import REPO, codes, nodes_by_host, run_playbook
+from helpers.fabric_runs import run_fabric
+from helpers.playbook_runner import codes, nodes_by_host
 
 pytestmark = pytest.mark.slow
 
@@ -17,29 +16,14 @@ SLOW, NO_IB = "rail03", "plain01"
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    inv = tmp_path_factory.mktemp("fabric-rails-inventory")
-    fabric = inv.parent / ("%s-fabric.json" % inv.name)
-    fabric.write_text(json.dumps({"seed": 5, "leaves": LEAVES,
-                                  "faults": [{"kind": "slow_nic", "node": SLOW, "rail": 5, "factor": 0.5}]}))
-    lines = ["gpufleet_nodes:", "  children:", "    gpufleet_sim:", "gpufleet_sim:", "  vars:",
-             "    gpufleet_sim_scenario: healthy_h100", "    gpufleet_sim_fabric: %s" % fabric,
-             "    gpufleet_fabric_pair_busbw_gbps: 46.0", "    gpufleet_fabric_rail_write_gbps: 392.0",
-             "    gpufleet_fabric_pair_timeout_s: 20", "    gpufleet_fabric_rail_timeout_s: 20",
-             "  hosts:", "    %s:" % NO_IB, "  children:"]
-    for leaf, nodes in LEAVES.items():
-        lines += ["    %s:" % leaf.replace("-", "_"), "      vars: {gpufleet_fabric_leaf: %s}" % leaf, "      hosts:"]
-        lines += ["        %s:" % n for n in nodes]
-    (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
-    (inv / "group_vars").symlink_to(REPO / "inventories" / "sim" / "group_vars")
-    root = tmp_path_factory.mktemp("fabric-rails-run")
-    rc, output, report = run_playbook("fabric", root, inventory=str(inv), extra={"gpufleet_sim_time_scale": 0.001},
-                                      timeout=300)
-    assert report is not None, output[-4000:]
-    return rc, output, report
+    return run_fabric(tmp_path_factory, "fabric-rails", LEAVES, {
+        "seed": 5, "faults": [{"kind": "slow_nic", "node": SLOW, "rail": 5, "factor": 0.5}]}, {
+        "gpufleet_fabric_pair_busbw_gbps": 46.0, "gpufleet_fabric_rail_write_gbps": 392.0,
+        "gpufleet_fabric_pair_timeout_s": 20, "gpufleet_fabric_rail_timeout_s": 20}, no_leaf=[NO_IB])
 
 
 def test_the_slow_rail_is_named_with_its_hca_on_the_slow_node(run):
-    _rc, output, report = run
+    _rc, output, report, _dir = run
     nodes = nodes_by_host(report)
     assert codes(nodes[SLOW]) == {"FABRIC_NODE_SLOW", "FABRIC_RAIL_SLOW"}, output[-3000:]
     rail = [f for f in report["fabric"]["findings"] if f["code"] == "FABRIC_RAIL_SLOW"]
@@ -52,7 +36,7 @@ def test_the_slow_rail_is_named_with_its_hca_on_the_slow_node(run):
 
 
 def test_every_pair_of_infiniband_nodes_measured_each_rail(run):
-    _rc, _output, report = run
+    _rc, _output, report, _dir = run
     ib_pairs = [p for p in report["fabric"]["pairs"] if NO_IB not in p["nodes"]]
     assert ib_pairs and all([r["hca"] for r in p["rails"]] == ["mlx5_%d" % i for i in range(8)] for p in ib_pairs)
     healthy = [r for p in ib_pairs if SLOW not in p["nodes"] for r in p["rails"]]
@@ -61,7 +45,7 @@ def test_every_pair_of_infiniband_nodes_measured_each_rail(run):
 
 
 def test_a_node_without_infiniband_gets_no_rail_test_and_no_rail_finding(run):
-    _rc, _output, report = run
+    _rc, _output, report, _dir = run
     mine = [p for p in report["fabric"]["pairs"] if NO_IB in p["nodes"]]
     assert mine and all("rails" not in p and p["status"] == "pass" for p in mine)
     assert nodes_by_host(report)[NO_IB]["verdict"] == "pass"

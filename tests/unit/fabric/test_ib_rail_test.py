@@ -3,11 +3,14 @@ rail killed at its timeout, a missing binary named with its fix, every name chec
 (which rails a pair runs, and each rail's answer from both sides' results)."""
 
 import time
+from pathlib import Path
 
 import pytest
+from helpers.module_runner import run_module
 from ansible_collections.kentino.gpufleet.plugins.module_utils import ib_rail_test
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.fabric import pair_test
 
+STANDIN = Path(__file__).resolve().parents[3] / "sim" / "bin" / "ib_write_bw"
 ROW = ("echo ' #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]'\n"
        "echo ' 65536      5000             392.41             %s\t\t   0.748465'\n")
 
@@ -142,3 +145,25 @@ def test_a_side_that_never_answered_is_every_rail_s_error():
     assert rails[0]["error"].startswith("b is unreachable: ssh: connect to host b")
     assert "the rail test gave no answer" in rails[0]["error"]
     assert pair_test.rail_answers([{"nodes": ["a", "c"], "rails": None}], [], []) == {}
+
+
+def test_the_module_refuses_a_bad_device_name_before_running_anything(tmp_path):
+    seen = tmp_path / "ran"
+    exe = tool(tmp_path, "touch %s\n" % seen)
+    result = run_module("ib_write_bw", {"role": "client", "hcas": ["mlx5_0", "mlx5_1;reboot"], "server": "node02",
+                                        "executable": exe})
+    assert result["failed"] and "'mlx5_1;reboot' is not an InfiniBand device name" in result["msg"]
+    assert not seen.exists()
+
+
+def test_the_module_measures_each_rail_with_the_sim_stand_in(tmp_path):
+    fabric = tmp_path / "fabric.json"
+    fabric.write_text('{"seed": 1, "noise": 0.0, "leaves": {"L1": ["n1", "n2"]}, '
+                      '"faults": [{"kind": "slow_nic", "node": "n2", "rail": 1, "factor": 0.5}]}')
+    env = {"GPUFLEET_SIM_STATE": str(tmp_path / "n1"), "GPUFLEET_SIM_NODE": "n1",
+           "GPUFLEET_SIM_SCENARIO": "healthy_h100", "GPUFLEET_SIM_FABRIC": str(fabric)}
+    result = run_module("ib_write_bw", {"role": "client", "hcas": ["mlx5_0", "mlx5_1"], "server": "n2", "node": "n1",
+                                        "timeout": 30, "executable": str(STANDIN)}, env=env)
+    assert [(r["hca"], r["gbps"], r["error"]) for r in result["rails"]] == [("mlx5_0", 392.0, None),
+                                                                            ("mlx5_1", 196.0, None)]
+    assert result["rails"][1]["evidence"][0] == "on n1: %s -d mlx5_1 -p 18516 --report_gbits n2" % STANDIN
