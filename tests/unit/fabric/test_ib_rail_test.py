@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.module_runner import run_module
 from ansible_collections.kentino.gpufleet.plugins.module_utils import ib_rail_test
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.fabric import pair_test
+from helpers.module_runner import run_module
 
 STANDIN = Path(__file__).resolve().parents[3] / "sim" / "bin" / "ib_write_bw"
 ROW = ("echo ' #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]'\n"
