@@ -25,11 +25,15 @@ description:
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:
+  - kentino.gpufleet.check_common
   - kentino.gpufleet.node_module
 attributes:
   check_mode:
-    support: none
-    details: It would have to run the test to say anything; in check mode it is skipped.
+    details: In check mode the options are checked and nothing runs (RV(rails) is empty).
+notes:
+  - O(executable) defaults to C(ib_write_bw) (Debian and Ubuntu package C(perftest)) on E(PATH) or in
+    C(/opt/gpufleet/bin).
+  - O(timeout) (each rail's C(ib_write_bw), server and client alike) defaults to 120 seconds.
 options:
   role:
     description: Which side of the test this node runs.
@@ -50,10 +54,6 @@ options:
     description: The first rail's TCP port (perftest's default, 18515); rail I(i) uses O(base_port) + I(i).
     type: int
     default: 18515
-  timeout:
-    description: Seconds after which a rail's ib_write_bw still running is killed (a hung rail test).
-    type: int
-    default: 120
   connect_timeout:
     description: Seconds the client retries a server that is not listening yet.
     type: int
@@ -61,9 +61,6 @@ options:
   node:
     description: How this node is named in the errors (the inventory name); default its host name.
     type: str
-  executable:
-    description: The ib_write_bw binary; default C(ib_write_bw) on C(PATH) or in C(/opt/gpufleet/bin).
-    type: path
 """
 
 EXAMPLES = r"""
@@ -97,21 +94,25 @@ rails:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import ib_rail_test
+from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import TOOL_DIRS, node_name
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool
+
+DEFAULT_TIMEOUT_S = 120
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(role=dict(type="str", choices=["server", "client"], required=True),
-                           hcas=dict(type="list", elements="str", required=True),
-                           server=dict(type="str"), base_port=dict(type="int", default=ib_rail_test.DEFAULT_PORT),
-                           timeout=dict(type="int", default=120), connect_timeout=dict(type="int", default=30),
-                           node=dict(type="str"), executable=dict(type="path")),
+        argument_spec=check_argument_spec(role=dict(type="str", choices=["server", "client"], required=True),
+                                          hcas=dict(type="list", elements="str", required=True),
+                                          server=dict(type="str"),
+                                          base_port=dict(type="int", default=ib_rail_test.DEFAULT_PORT),
+                                          connect_timeout=dict(type="int", default=30), node=dict(type="str")),
         required_if=[("role", "client", ("server",))],
         supports_check_mode=True,
     )
     p = module.params
+    resolve_timeout(module, DEFAULT_TIMEOUT_S)
     errors = ib_rail_test.option_errors(p["hcas"], p["server"], p["base_port"], p["timeout"], p["connect_timeout"])
     if errors:
         module.fail_json(msg="; ".join(errors))
