@@ -46,19 +46,42 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         state = args.get("search")
         if state is None:
-            state = self._start([str(h) for h in args["hosts"]], task_vars.get("hostvars") or {})
-        else:
+            state = self._start([str(h) for h in args["hosts"]], task_vars.get("hostvars") or {}, args["ib"])
+        elif state.get("group_plan") is None:
             answers = pair_test.answers(args["launched"], args["finished"])
-            search.record(state, answers, complete(state["thresholds"]), state["max_rounds"])
-        plan = [pair_test.launch(p, state["mpi_hosts"], state["slots"], state["timeouts"], state["mpirun_args"],
-                                 state["envs"], state["sizes"]) for p in state["plan"]]
-        result.update({"changed": False, "search": state, "plan": plan, "round": state["rounds"] + 1,
-                       "msg": "round %d: %d pair test(s)" % (state["rounds"] + 1, len(plan)) if plan else
-                       "search done after %d round(s), %d pair test(s)" % (state["rounds"], len(state["pairs"]))})
+            rails = pair_test.rail_answers(self._plan(state), args["rail_servers"], args["rail_clients"])
+            for answer in answers:
+                if tuple(answer["nodes"]) in rails:
+                    answer["rails"] = rails[tuple(answer["nodes"])]
+            t = complete(state["thresholds"])
+            search.record(state, answers, t, state["max_rounds"])
+            if not state["plan"]:  # the pair rounds are done: the bisection over the leaves' groups follows
+                search.start_groups(state, judge_fabric.analyse(state, t)["floor"])
+        else:
+            floor = judge_fabric.analyse(state, complete(state["thresholds"]))["floor"]
+            search.record_groups(state, pair_test.answers(args["launched"], args["finished"]), floor,
+                                 state["max_rounds"])
+        plan = self._plan(state)
+        if state["plan"]:
+            msg = "round %d: %d pair test(s)" % (state["rounds"] + 1, len(plan))
+        elif plan:
+            msg = "group round %d: %d group test(s)" % (state["group_rounds"] + 1, len(plan))
+        else:
+            msg = "search done after %d round(s), %d pair test(s), %d group test(s)" % (
+                state["rounds"] + state.get("group_rounds", 0), len(state["pairs"]), len(state.get("groups") or []))
+        result.update({"changed": False, "search": state, "plan": plan,
+                       "round": state["rounds"] + state.get("group_rounds", 0) + 1, "msg": msg})
         return result
 
     @staticmethod
-    def _start(hosts, hostvars):
+    def _plan(state):
+        """The launches of the next round: the pair tests while the pair rounds go on, then the bisection's groups."""
+        return [pair_test.launch(p, state["mpi_hosts"], state["slots"], state["timeouts"], state["mpirun_args"],
+                                 state["envs"], state["sizes"], state["hcas"], state["rail_timeouts"])
+                for p in state["plan"] or state.get("group_plan") or []]
+
+    @staticmethod
+    def _start(hosts, hostvars, ib_results):
         hosts = list(dict.fromkeys(hosts))
         if len(hosts) < 2:
             raise AnsibleActionFail("a fabric search needs at least two nodes, got %s" % (hosts or "none"))
@@ -77,8 +100,9 @@ class ActionModule(ActionBase):
         lows = each("gpufleet_fabric_min_bytes", pair_test.DEFAULT_SIZES[0])
         highs = each("gpufleet_fabric_max_bytes", pair_test.DEFAULT_SIZES[1])
         sizes = dict((h, (lows[h], highs[h])) for h in hosts)
+        rail_timeouts = each("gpufleet_fabric_rail_timeout_s", pair_test.DEFAULT_RAIL_TIMEOUT_S)
         errors = search.leaf_errors(leaves) + pair_test.host_errors(mpi_hosts, slots, timeouts, mpirun_args, envs,
-                                                                    sizes)
+                                                                    sizes, rail_timeouts)
         settings = {}
         for name, default, low, high in SEARCH_SETTINGS:
             values = each(name, default)
@@ -95,5 +119,6 @@ class ActionModule(ActionBase):
         state = search.start(leaves, settings["gpufleet_fabric_seed"])
         state.update({"thresholds": _thresholds(data), "mpi_hosts": mpi_hosts, "slots": slots,
                       "timeouts": timeouts, "mpirun_args": mpirun_args, "envs": envs, "sizes": sizes,
+                      "rail_timeouts": rail_timeouts, "hcas": pair_test.hcas_found(ib_results),
                       "max_rounds": settings["gpufleet_fabric_max_rounds"]})
         return state

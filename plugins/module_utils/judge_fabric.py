@@ -266,7 +266,7 @@ def attributed(result, t, host="the fabric"):
             "that shows only at scale" % (len(group["nodes"]), ", ".join(sorted(group["nodes"])), floor),
             "check the switch these nodes share under load (its buffers, firmware, congestion control and logs); no "
             "single node is accused", [_line(groups[j], "pass") for j in seen["halves"]]
-            + [_line(group, "slow")])))
+            + [_line(group, "slow")] + list(group.get("evidence") or [])[:1])))
     history = result.get("link_history") or {}
     for i, pair in enumerate(pairs):
         seen = history.get("|".join(sorted(pair["nodes"]))) or {}

@@ -6,6 +6,8 @@ under load (pcie_degraded) drags the whole ring down. Run under the sim's mpirun
 one rank per process; scenario nccl.mpi_noise puts Open MPI help messages inside the table (a real trap). Launched
 by the sim's mpirun across two hosts (-H a:8,b:8) with a fabric (GPUFLEET_SIM_FABRIC), it is a two-node test: ranks
 on both hosts, the bus bandwidth the fabric gives the pair (ib_fabric.py), or NCCL's remote error when a port flaps.
+Across more hosts (-H a:8,b:8,c:8,...: the fabric search's bisection) it is one test over all of them
+(ib_fabric.Fabric.group: the worst node, a crossed bad leaf, a leaf slow at scale).
 Launched by a real Open MPI mpirun (PMIX_RANK set), every rank joins MPI (python3-mpi4py) and rank 0 gathers the
 ranks' host names, as nccl-tests does; rank 0 alone prints, the others wait for it at a barrier. The two hosts of a
 two-node test are then the ranks' real host names.
@@ -134,22 +136,23 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
         err.write("%s: Test CUDA failure common.cu:1011 '%s'\n .. %s pid %d: Test failure common.cu:891\n"
                   % (host, fabric.NOT_READY, host, pid))
         return 1
-    two_node = len(hosts) == 2 and bool(os.environ.get("GPUFLEET_SIM_FABRIC"))
-    per_host = max(1, nranks // 2) if two_node else nranks
+    multi_node = len(hosts) >= 2 and bool(os.environ.get("GPUFLEET_SIM_FABRIC"))
+    per_host = max(1, nranks // len(hosts)) if multi_node else nranks
     if per_host > len(devices):
         out.flush()
         err.write("%s: Test CUDA failure common.cu:1011 'invalid device ordinal'\n .. %s pid %d: Test failure "
                   "common.cu:891\n" % (host, host, pid))
         return 1
     pair = None
-    if two_node:
+    if multi_node:
         try:
             ib = ib_fabric.Fabric.load(os.environ["GPUFLEET_SIM_FABRIC"])
-            pair = ib.pair(hosts[0], hosts[1], os.environ.get("GPUFLEET_SIM_FABRIC_TEST") or time.time_ns())
+            test_id = os.environ.get("GPUFLEET_SIM_FABRIC_TEST") or time.time_ns()
+            pair = ib.pair(hosts[0], hosts[1], test_id) if len(hosts) == 2 else ib.group(hosts, test_id)
         except (OSError, ValueError) as exc:
             err.write("%s: gpufleet-sim fabric %s: %s\n" % (host, os.environ["GPUFLEET_SIM_FABRIC"], exc))
             return 2
-        gpus = devices[:per_host] * 2
+        gpus = devices[:per_host] * len(hosts)
         for r, g in enumerate(gpus):
             out.write(rank_line(r, pid + r, hosts[r // per_host], r % per_host, g["pci_xid"], g["name"]))
         if ib.hung & set(hosts):

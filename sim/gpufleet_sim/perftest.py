@@ -1,12 +1,12 @@
 """Stand-in for perftest's ib_write_bw (client side) on a simulated node with a fabric (GPUFLEET_SIM_FABRIC).
 
-`ib_write_bw -d mlx5_<rail> [-i 1] [-s <bytes>] [--report_gbits] [-F] <server>` prints the real tool's banner and
-result table (perftest_parameters.h formats) with the rail's figure between this node and <server>
+`ib_write_bw -d mlx5_<rail> [-i 1] [-p <port>] [-s <bytes>] [--report_gbits] [-F] <server>` prints the real tool's
+banner and result table (perftest_parameters.h formats) with the rail's figure between this node and <server>
 (ib_fabric.rail_write); without a server it plays the server side (prints the banner and waits for nothing: the
 simulated client computes both ends). The real tool's failures, on stderr with exit status 1: a node without
 InfiniBand (no fabric, or not on it) " Did not detect devices", an unknown -d "IB device <name> not found", a server
-SSH cannot reach (the fabric's `down`) "Couldn't connect to <server>:18515", a flapping port's link lost during the
-test " Completion with error at client".
+SSH cannot reach (the fabric's `down`) "Couldn't connect to <server>:<port>" (18515 unless -p), a flapping port's
+link lost during the test " Completion with error at client".
 """
 
 import os
@@ -20,7 +20,7 @@ PORT = 18515
 
 
 def _args(argv):
-    opts = {"device": None, "size": 65536, "gbits": False, "server": None, "iters": 5000}
+    opts = {"device": None, "size": 65536, "gbits": False, "server": None, "iters": 5000, "port": PORT}
     it = iter(argv)
     for arg in it:
         if arg in ("-d", "--ib-dev"):
@@ -31,7 +31,9 @@ def _args(argv):
             opts["size"] = int(next(it, "65536"))
         elif arg in ("-n", "--iters"):
             opts["iters"] = int(next(it, "5000"))
-        elif arg in ("-i", "--ib-port", "-p", "--port", "-D", "--duration", "-x", "--gid-index", "-q", "--qp"):
+        elif arg in ("-p", "--port"):
+            opts["port"] = int(next(it, str(PORT)))
+        elif arg in ("-i", "--ib-port", "-D", "--duration", "-x", "--gid-index", "-q", "--qp"):
             next(it, None)
         elif arg == "--report_gbits":
             opts["gbits"] = True
@@ -68,7 +70,7 @@ def main(node, argv, out=sys.stdout, err=sys.stderr):
                   "************************************\n")
         return 0
     if server in fabric.down or server not in fabric.leaf_of:
-        err.write("Couldn't connect to %s:%d\n Unable to init the socket connection\n" % (server, PORT))
+        err.write("Couldn't connect to %s:%d\n Unable to init the socket connection\n" % (server, opts["port"]))
         return 1
     test_id = os.environ.get("GPUFLEET_SIM_FABRIC_TEST") or time.time_ns()
     result = ib_fabric.rail_write(fabric, node.hostname, server, devices.index(device), test_id)

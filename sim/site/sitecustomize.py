@@ -11,3 +11,17 @@ if os.environ.get("GPUFLEET_SIM_STATE") and os.environ.get("GPUFLEET_SIM_SCENARI
         drive.install()
     except Exception as exc:  # a broken scenario must be seen, and must not stop the process it starts with
         sys.stderr.write("gpufleet-sim: the simulated checkpoint drive is off: %s\n" % exc)
+
+# The node's InfiniBand ports exist from boot on real hardware: a node of a fabric gets its sysfs tree before its
+# first reader (the fabric playbook reads every node's HCAs before any stand-in has run there).
+if os.environ.get("GPUFLEET_SIM_STATE") and os.environ.get("GPUFLEET_SIM_FABRIC") and os.environ.get("GPUFLEET_SIM_NODE") \
+        and not os.path.isdir(os.path.join(os.environ["GPUFLEET_SIM_STATE"], "sysfs", "class", "infiniband")):
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        from gpufleet_sim import ib_fabric
+
+        ib_fabric.write_ports(os.path.join(os.environ["GPUFLEET_SIM_STATE"], "sysfs", "class", "infiniband"),
+                              ib_fabric.Fabric.load(os.environ["GPUFLEET_SIM_FABRIC"]),
+                              os.environ["GPUFLEET_SIM_NODE"], 0.0)
+    except Exception as exc:  # a broken fabric file must be seen, and must not stop the process it starts with
+        sys.stderr.write("gpufleet-sim: the simulated InfiniBand ports are off: %s\n" % exc)

@@ -160,18 +160,41 @@ def next_groups(groups, floor):
     return plan
 
 
+def start_groups(result, floor):
+    """After the pair rounds: the bisection's state in the search (result["groups"], ["group_rounds"] and
+    ["group_plan"]: every leaf's nodes as one group). No plan without a floor (no baseline: nothing can be judged)."""
+    result["groups"] = list(result.get("groups") or [])
+    result["group_rounds"] = 0
+    result["group_plan"] = [list(g) for g in group_plan(result.get("leaves") or {})] if floor is not None else []
+    return result
+
+
+def record_groups(result, answers, floor, max_rounds=4):
+    """Record the answers to result["group_plan"] as the next group round ({"nodes", "busbw_gbps", "error",
+    "evidence"}; a planned group without one is an error), then plan both halves of every slow group (an empty plan
+    after max_rounds)."""
+    by_group = dict((tuple(a["nodes"]), a) for a in answers or [])
+    result["group_rounds"] += 1
+    for nodes in result["group_plan"]:
+        answer = by_group.get(tuple(nodes)) or {"error": "the group test gave no answer", "busbw_gbps": None}
+        result["groups"].append({"nodes": list(nodes), "round": result["group_rounds"],
+                                 "busbw_gbps": answer.get("busbw_gbps"), "error": answer.get("error"),
+                                 "evidence": list(answer.get("evidence") or [])})
+    result["group_plan"] = ([list(g) for g in next_groups(result["groups"], floor)]
+                            if result["group_rounds"] < max_rounds else [])
+    return result
+
+
 def bisect(leaves, run_round, floor, max_rounds=4):
     """Bisection over the leaves for a fault that only shows at scale: round 1 runs every leaf's nodes as one group
     (all groups at once), each later round both halves of every slow group; a slow group whose halves both pass is
-    judge_fabric's FABRIC_GROUP_SLOW. run_round(round_no, [[nodes]]) -> [{"busbw_gbps", "error"}] in plan order.
-    Returns {"groups": [{"nodes", "round", "busbw_gbps", "error"}], "rounds"}."""
-    groups, plan, rounds = [], group_plan(leaves), 0
-    while plan and rounds < max_rounds:
-        rounds += 1
-        answers = list(run_round(rounds, plan) or [])
-        for i, nodes in enumerate(plan):
-            answer = answers[i] if i < len(answers) else {"error": "the group test gave no answer"}
-            groups.append({"nodes": list(nodes), "round": rounds, "busbw_gbps": answer.get("busbw_gbps"),
-                           "error": answer.get("error")})
-        plan = next_groups(groups, floor)
-    return {"groups": groups, "rounds": rounds}
+    judge_fabric's FABRIC_GROUP_SLOW. run_round(round_no, [[nodes]]) -> [{"busbw_gbps", "error"}] in plan order (the
+    playbook runs the same steps, start_groups and record_groups). Returns {"groups": [{"nodes", "round",
+    "busbw_gbps", "error", "evidence"}], "rounds"}."""
+    result = start_groups({"leaves": leaves}, floor)
+    while result["group_plan"]:
+        plan = result["group_plan"]
+        answers = list(run_round(result["group_rounds"] + 1, plan) or [])
+        answers = [dict(answers[i] if i < len(answers) else {}, nodes=list(nodes)) for i, nodes in enumerate(plan)]
+        record_groups(result, [a for a in answers if len(a) > 1], floor, max_rounds)
+    return {"groups": result["groups"], "rounds": result["group_rounds"]}

@@ -40,6 +40,8 @@ def section(data):
     for f in findings:
         for key in ("gpu", "pci"):
             f.pop(key, None)
+    groups = data.get("groups") or []
+    group_states = judge_fabric.analyse_groups(groups, a["floor"])["status"]
     return {
         "version": SECTION_VERSION,
         "verdict": worst([f["severity"] for f in findings], default="pass"),
@@ -49,7 +51,13 @@ def section(data):
         "baseline_source": a["source"],
         "slow_margin": float(t["gpufleet_fabric_slow_margin"]),
         "leaves": dict((n, leaf) for n, leaf in sorted((data.get("leaves") or {}).items())),
-        "pairs": [{"round": p.get("round", 1), "nodes": list(p["nodes"]), "busbw_gbps": p.get("busbw_gbps"),
-                   "status": a["status"][i], "error": p.get("error")} for i, p in enumerate(data.get("pairs") or [])],
+        "pairs": [dict({"round": p.get("round", 1), "nodes": list(p["nodes"]), "busbw_gbps": p.get("busbw_gbps"),
+                        "status": a["status"][i], "error": p.get("error")},
+                       **({"rails": [{"hca": r.get("hca"), "gbps": r.get("gbps"), "error": r.get("error"),
+                                      "evidence": list(r.get("evidence") or [])} for r in p["rails"]]}
+                          if p.get("rails") else {}))
+                  for i, p in enumerate(data.get("pairs") or [])],
+        "groups": [{"round": g.get("round", 1), "nodes": list(g["nodes"]), "busbw_gbps": g.get("busbw_gbps"),
+                    "status": group_states[i], "error": g.get("error")} for i, g in enumerate(groups)],
         "findings": findings,
     }

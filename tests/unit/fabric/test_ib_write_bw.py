@@ -76,6 +76,8 @@ def test_the_stand_in_measures_each_rail_between_two_simulated_nodes(tmp_path):
     assert rails[3]["evidence"] == ["mlx5_3: 65536 bytes x 5000: 196.00 Gb/s average"]
     unreachable = rail_result("mlx5_0", *_run(STANDIN, "-d", "mlx5_0", "n3", env=env))
     assert unreachable["error"] == "Couldn't connect to n3:18515; Unable to init the socket connection"
+    on_its_port = rail_result("mlx5_1", *_run(STANDIN, "-d", "mlx5_1", "-p", "18516", "n3", env=env))
+    assert on_its_port["error"] == "Couldn't connect to n3:18516; Unable to init the socket connection"
     unknown = rail_result("mlx5_9", *_run(STANDIN, "-d", "mlx5_9", "n2", env=env))
     assert unknown["error"] == "IB device mlx5_9 not found; Unable to find the Infiniband/RoCE device"
 

@@ -52,3 +52,24 @@ def test_a_pair_error_gates_through_its_node_not_a_second_time_as_the_fabric():
     doc = build(search(SLOW_LEAF[:3] + [(["a3", "b3"], None)]))
     assert [n["host"] for n in doc["nodes"] if n["verdict"] == "error"] == ["a3", "b3"]
     assert doc["summary"]["gate"] == {"fail_on": "fail", "failed": True, "fabric": False, "nodes": ["a3", "b3"]}
+
+
+HEALTHY = [(["a1", "a2"], 46.0), (["b1", "b2"], 45.5), (["c1", "c2"], 46.5), (["a3", "b3"], 45.0)]
+
+
+def test_the_pairs_rails_and_the_bisection_s_groups_are_in_the_section_and_a_group_slow_at_scale_gates():
+    fabric = search(HEALTHY, groups=[
+        {"nodes": ["b1", "b2", "b3", "b4"], "round": 1, "busbw_gbps": 20.0, "error": None,
+         "evidence": ["on b1: mpirun -np 32 --allow-run-as-root -H b1:8,b2:8,b3:8,b4:8 all_reduce_perf"]},
+        {"nodes": ["b1", "b2"], "round": 2, "busbw_gbps": 46.0, "error": None, "evidence": []},
+        {"nodes": ["b3", "b4"], "round": 2, "busbw_gbps": 45.0, "error": None, "evidence": []}],
+        group_rounds=2, group_plan=[])
+    fabric["pairs"][0]["rails"] = [{"hca": "mlx5_0", "gbps": 391.0, "error": None,
+                                    "evidence": ["on a2: ib_write_bw -d mlx5_0 -p 18515 --report_gbits"]}]
+    doc = build(fabric)
+    assert [(g["nodes"], g["status"]) for g in doc["fabric"]["groups"]] == [
+        (["b1", "b2", "b3", "b4"], "slow"), (["b1", "b2"], "pass"), (["b3", "b4"], "pass")]
+    assert doc["fabric"]["pairs"][0]["rails"][0]["evidence"] == ["on a2: ib_write_bw -d mlx5_0 -p 18515 --report_gbits"]
+    found = [f for f in doc["fabric"]["findings"] if f["code"] == "FABRIC_GROUP_SLOW"]
+    assert len(found) == 1 and found[0]["nodes"] == [] and "-H b1:8,b2:8,b3:8,b4:8" in found[0]["evidence"][-1]
+    assert doc["summary"]["gate"]["fabric"] and {n["verdict"] for n in doc["nodes"]} == {"pass"}
