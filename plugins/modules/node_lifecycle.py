@@ -83,7 +83,7 @@ options:
       - When the finding's fault started, in epoch seconds (an alert's C(startsAt)). A finder's trigger (O(actor)
         audit, burn_in, preflight, watcher, alert) for a fault that started before the node's last return to service
         (validating to healthy) records nothing and RV(handled) names that return - the fault already handled (an
-        alert repeated while it still fires). With O(state=query) only RV(handled) is answered.
+        alert repeated while it still fires). With O(state=query) it only sets RV(handled).
     type: float
   bundle:
     description: The node's RMA evidence bundle on the controller; its history (XIDs, ECC, lifecycle) is added to it.
