@@ -17,13 +17,17 @@ operator:bench, then `scontrol update nodename=N state=resume`. An alert keeps f
 each trial uses a GPU no earlier trial used: ceil(trials / 8) nodes, one trial at a time. The lemon rule is off
 (gpufleet_lemon_quarantines=0): the same node is quarantined again within minutes on purpose.
 
-The Slurm end is the `scontrol` on PATH: with --slurm sim (default) the simulator's sim/bin comes first on PATH;
-with --slurm path the PATH's own scontrol is read and the playbook is pointed at its directory
-(gpufleet_slurm_bin_dir); job trials there are not built yet (--job-every 0).
+The Slurm end: with --slurm sim (default) the simulator's scontrol (sim/bin first on PATH), a job being its
+`gpufleet-sim slurm --jobs 1`. With --slurm real a real Slurm started as tests/helpers/real_slurm.py does (Debian's
+slurmctld, one slurmd per bench node, munge; root): the bench nodes are its nodes with 8 GPU gres each, the playbook
+drains them with the real scontrol (gpufleet_slurm_bin_dir, SLURM_CONF), a job trial's job is a real `sbatch` job
+(`sleep`, one CPU and one GPU) that Slurm runs on the node, so the drain leaves it DRAINING (MIXED+DRAIN) until the
+bench cancels the job; the node is then resumed once it settled. With --slurm path the PATH's own scontrol is read
+(a Slurm of your own; job trials are not built for it: --job-every 0).
 
 Last line: `quarantine p95_s=<s> wrong_resumes=<n> repairs_during_jobs=<n>`. Goal: p95 <= 60 s, both counts 0.
 
-Usage: bench/quarantine.py [--trials 20] [--job-every 5] [--trial-timeout 180] [--slurm sim|path]
+Usage: bench/quarantine.py [--trials 20] [--job-every 5] [--trial-timeout 180] [--slurm sim|real|path]
 """
 
 import argparse
@@ -44,6 +48,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "collections"))
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle  # noqa: E402
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path  # noqa: E402
+from helpers import real_slurm  # noqa: E402
 from helpers.alert_path import SIM, AlertPath, Missing, scontrol_node  # noqa: E402
 
 GPUS = 8
@@ -88,14 +93,23 @@ def main(argv=None):
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--job-every", type=int, default=5, help="every Nth trial runs with a job on the node (0: none)")
     parser.add_argument("--trial-timeout", type=float, default=180.0)
-    parser.add_argument("--slurm", choices=("sim", "path"), default="sim")
+    parser.add_argument("--slurm", choices=("sim", "real", "path"), default="sim")
     args = parser.parse_args(argv)
     if args.trials < 1 or args.job_every < 0:
         parser.error("--trials must be at least 1 and --job-every at least 0")
     if args.slurm == "path" and args.job_every:
-        parser.error("--slurm path: job trials are not built for a real Slurm yet; pass --job-every 0")
+        parser.error("--slurm path: job trials are not built for a Slurm of your own; pass --job-every 0")
+    if args.slurm == "real" and real_slurm.unavailable():
+        raise SystemExit("quarantine: --slurm real: %s" % real_slurm.unavailable())
 
     root = Path(tempfile.mkdtemp(prefix="gpufleet-bench-quarantine-"))
+    nodes = ["bq%02d" % (i + 1) for i in range(math.ceil(args.trials / GPUS))]
+    slurm = real_slurm.RealSlurm(nodes=nodes, cpus=2, gpus=GPUS) if args.slurm == "real" else None
+    started = time.monotonic()
+    if slurm:
+        slurm.start()
+        # The rulebook's playbook runs (children of the alert path's ansible-rulebook) read this Slurm's conf too.
+        os.environ["SLURM_CONF"] = str(slurm.conf)
     env = dict(os.environ)
     inventory_vars = {"gpufleet_lemon_quarantines": 0}
     if args.slurm == "sim":
@@ -104,24 +118,29 @@ def main(argv=None):
     scontrol = shutil.which("scontrol", path=env["PATH"])
     if not scontrol:
         raise SystemExit("quarantine: no scontrol on PATH")
-    if args.slurm == "path":
+    if args.slurm != "sim":  # the simulated nodes' PATH starts with the simulator's scontrol
         inventory_vars["gpufleet_slurm_bin_dir"] = str(Path(scontrol).parent)
-    nodes = ["bq%02d" % (i + 1) for i in range(math.ceil(args.trials / GPUS))]
     try:
         stack = AlertPath(root, nodes, inventory_vars=inventory_vars)
-    except Missing as exc:
-        raise SystemExit("quarantine: %s" % exc) from None
-    started = time.monotonic()
-    stack.start()
-    print("alert path up in %.1f s: %d nodes (%s), Slurm end %s" % (time.monotonic() - started, len(nodes),
-                                                                   ", ".join(nodes), scontrol))
+        stack.start()
+    except BaseException as exc:
+        if slurm:
+            slurm.close()
+        if isinstance(exc, Missing):
+            raise SystemExit("quarantine: %s" % exc) from None
+        raise
+    print("alert path up in %.1f s: %d nodes (%s), Slurm end %s%s" % (
+        time.monotonic() - started, len(nodes), ", ".join(nodes), scontrol,
+        " (a real slurmctld and %d slurmd, %s)" % (len(nodes), slurm.conf) if slurm else ""))
     latencies, failures, timings = [], [], {}
     wrong_resumes = repairs_during_jobs = 0
     try:
         for trial in range(args.trials):
             name, gpu = nodes[trial % len(nodes)], trial // len(nodes)
             job = bool(args.job_every) and (trial + 1) % args.job_every == 0
-            if job:
+            if job and slurm:
+                job = slurm.sbatch_sleep(name, seconds=int(args.trial_timeout) + 60)  # its id, once it runs
+            elif job:
                 subprocess.run([str(SIM / "bin" / "gpufleet-sim"), "slurm", "--jobs", "1"], check=True,
                                stdout=subprocess.DEVNULL, env=dict(env, GPUFLEET_SIM_NODE=name,
                                                                    GPUFLEET_SIM_STATE=str(stack.state_root / name)))
@@ -168,16 +187,22 @@ def main(argv=None):
             if job:
                 if "ALLOCATED" not in state and "MIXED" not in state:
                     print("          the job was gone from the node while it drained: %s" % state)
-                subprocess.run([str(SIM / "bin" / "gpufleet-sim"), "slurm", "--jobs", "0"], check=True,
-                               stdout=subprocess.DEVNULL, env=dict(env, GPUFLEET_SIM_NODE=name,
-                                                                   GPUFLEET_SIM_STATE=str(stack.state_root / name)))
+                if not slurm:
+                    subprocess.run([str(SIM / "bin" / "gpufleet-sim"), "slurm", "--jobs", "0"], check=True,
+                                   stdout=subprocess.DEVNULL, env=dict(env, GPUFLEET_SIM_NODE=name,
+                                                                       GPUFLEET_SIM_STATE=str(stack.state_root / name)))
             with History(default_path(stack.reports / "history")) as history:
                 for to_state in ("validating", "healthy"):
                     lifecycle.transition(history, name, to_state, "bench: released after trial %d" % (trial + 1),
                                          "operator:bench")
-            subprocess.run([scontrol, "update", "nodename=%s" % name, "state=resume"], check=True, env=env)
+            if slurm:  # the job cancelled, the node settled (no COMPLETING), then resumed
+                slurm.reset(name)
+            else:
+                subprocess.run([scontrol, "update", "nodename=%s" % name, "state=resume"], check=True, env=env)
     finally:
         stack.close()
+        if slurm:
+            slurm.close()
     measured = latencies + [math.inf] * len(failures)
     p95 = statistics.quantiles(measured, n=20, method="inclusive")[18] if len(measured) > 1 else measured[0]
     print("trials %d (%d with a job running), drained %d, not drained %d%s" % (

@@ -10,6 +10,7 @@ quarantined. Documentation and the argument_spec live in plugins/modules/node_li
 
 from __future__ import annotations
 
+import datetime
 import getpass
 import os
 
@@ -33,15 +34,20 @@ def passed_since(runs, since):
                  and (since is None or r["ts"] > since)), None)
 
 
-def describe(rows, runs, nvswitch=False):
+def describe(rows, runs, nvswitch=False, started=None):
     """What the playbook needs of a node's lifecycle rows and its runs (newest first): the state, the fault, the
-    rungs tried, the next rung with its validation, and the passing validation since the last quarantine."""
+    rungs tried, the next rung with its validation, the passing validation since the last quarantine, and the return
+    to service that a fault started at `started` came before (the fault already handled)."""
     fault = lifecycle.fault_of(rows)
+    back = lifecycle.handled_before(rows, started)
     quarantined = [r["ts"] for r in rows if r["to_state"] == "quarantined"]
     info = {"state": lifecycle.state_of(rows), "out_of_service": lifecycle.state_of(rows) in lifecycle.OUT_OF_SERVICE,
             "fault": None, "tried": lifecycle.rungs_tried(rows), "next": None,
             "validation_passed": passed_since(runs, quarantined[-1] if quarantined else None),
-            "quarantined_ts": quarantined[-1] if quarantined else None}
+            "quarantined_ts": quarantined[-1] if quarantined else None,
+            "handled": None if back is None else {
+                "ts": back["ts"], "reason": back["reason"], "actor": back["actor"],
+                "at": datetime.datetime.fromtimestamp(back["ts"], datetime.timezone.utc).isoformat(timespec="seconds")}}
     if fault is not None:
         xid = repair_ladder.xid_of(fault["evidence"])
         info["fault"] = {k: fault[k] for k in ("ts", "code", "gpu", "reason", "evidence")}
@@ -98,7 +104,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("node %s: the lifecycle needs the history: %s" % (host, exc)) from exc
         try:
             rows = history.lifecycle_of(host) if history else []
-            before = describe(rows, history.node_runs(host) if history else [], args["nvswitch"])
+            started = args["fault_started"]
+            before = describe(rows, history.node_runs(host) if history else [], args["nvswitch"], started)
             added = []
             if to_state != "query":
                 if to_state == "healthy" and before["state"] != "healthy" and args["require_validation"] and \
@@ -115,14 +122,14 @@ class ActionModule(ActionBase):
                 for state in path_states:
                     if dry:
                         new = lifecycle.plan(rows, host, state, args["reason"], actor, args["code"], args["gpu"],
-                                             evidence, t=settings)
+                                             evidence, t=settings, started=started)
                     else:
                         new = lifecycle.transition(history, host, state, args["reason"], actor, args["code"],
-                                                   args["gpu"], evidence, t=settings)["added"]
+                                                   args["gpu"], evidence, t=settings, started=started)["added"]
                     rows, added = rows + new, added + new
             if args["bundle"] and not dry:
                 rma.add_history(args["bundle"], path, host)
-            after = describe(rows, history.node_runs(host) if history else [], args["nvswitch"])
+            after = describe(rows, history.node_runs(host) if history else [], args["nvswitch"], started)
         except lifecycle.LifecycleError as exc:
             raise AnsibleActionFail(str(exc)) from exc
         except HistoryError as exc:
@@ -135,6 +142,9 @@ class ActionModule(ActionBase):
                        "history_path": path,
                        "msg": "node %s: %s" % (host, " -> ".join([before["state"]] + [r["to_state"] for r in added])
                                                if added else "stays %s" % before["state"])})
+        if before["handled"] and not added:
+            result["msg"] += (" (its fault started before the node's return to service at %s: already handled)"
+                              % before["handled"]["at"])
         if dry:
             result["msg"] += " (dry run: nothing recorded)"
         return result

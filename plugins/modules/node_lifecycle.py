@@ -78,6 +78,13 @@ options:
     description: Refuse O(state=healthy) unless a preflight or burn-in passed since the node was last quarantined.
     type: bool
     default: true
+  fault_started:
+    description:
+      - When the finding's fault started, in epoch seconds (an alert's C(startsAt)). A finder's trigger (O(actor)
+        audit, burn_in, preflight, watcher, alert) for a fault that started before the node's last return to service
+        (validating to healthy) records nothing and RV(handled) names that return - the fault already handled (an
+        alert repeated while it still fires). With O(state=query) it only sets RV(handled).
+    type: float
   bundle:
     description: The node's RMA evidence bundle on the controller; its history (XIDs, ECC, lifecycle) is added to it.
     type: path
@@ -148,6 +155,11 @@ validation_passed:
     ts, verdict), or null.
   returned: always
   type: dict
+handled:
+  description: The node's last return to service (ts, at in UTC, reason, actor) when O(fault_started) is before it
+    (the fault already handled, nothing recorded), else null.
+  returned: always
+  type: dict
 history_path:
   description: The history file.
   returned: always
@@ -166,6 +178,7 @@ ARGUMENT_SPEC = dict(
     gpu=dict(type="str"),
     evidence=dict(type="list", elements="str", default=[]),
     rung=dict(type="str"),
+    fault_started=dict(type="float"),
     nvswitch=dict(type="bool", default=False),
     require_validation=dict(type="bool", default=True),
     bundle=dict(type="path"),

@@ -67,7 +67,8 @@ def test_quarantine_repair_validate_and_return(fleet):
             then = time.time() - 2 * 86400
             for i, (state, actor) in enumerate((("quarantined", "audit"), ("validating", "operator:test"),
                                                 ("healthy", "operator:test"))):
-                lifecycle.transition(history, "lc03", state, "earlier fault", actor, code="XID_48", now=then + i)
+                lifecycle.transition(history, "lc03", state, "earlier fault", actor, code="XID_79", gpu="3",
+                                     now=then + i)
         quarantine = play(fleet, "lc03", "quarantine", "lifecycle_code=XID_48", "lifecycle_gpu=0")
         return dry, dry_state, quarantine, play(fleet, "lc03", "repair"), play(fleet, "lc03", "release")
 
@@ -110,7 +111,8 @@ def test_quarantine_repair_validate_and_return(fleet):
     assert dry_state == (None, False, False)
     assert quarantine[0] == 0 and "LEMON" in quarantine[1], quarantine[1][-3000:]
     assert [r["to_state"] for r in rows(fleet, "lc03")][-3:] == ["quarantined", "lemon", "rma"]
-    assert slurm(fleet, "lc03")["drain"] is True
+    # drained for the new fault, not the earlier one it was returned from
+    assert slurm(fleet, "lc03")["reason"] == "gpufleet: XID_48 0", slurm(fleet, "lc03")
     assert repair[0] != 0 and "out for RMA" in repair[1]
     assert release[0] != 0 and "no preflight or burn-in passed since it was quarantined" in release[1]
     assert slurm(fleet, "lc03")["drain"] is True

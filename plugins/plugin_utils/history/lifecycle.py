@@ -100,10 +100,22 @@ def lemon_count(rows, now, window_days):
                and r["ts"] >= since)
 
 
-def plan(rows, host, to_state, reason, actor, code=None, gpu=None, evidence=(), now=None, t=None):
+def handled_before(rows, started):
+    """The node's last return to service (its newest validating -> healthy row) when a fault that started at
+    `started` (epoch seconds: an alert's startsAt) began before it, else None. Such a trigger is the fault already
+    handled, not a new one: an alert keeps firing for its hour and Alertmanager repeats it (repeat_interval), so a
+    node released within that hour would be drained again by the same old XID."""
+    if started is None:
+        return None
+    back = next((r for r in reversed(rows) if r["from_state"] == "validating" and r["to_state"] == "healthy"), None)
+    return back if back is not None and started < back["ts"] else None
+
+
+def plan(rows, host, to_state, reason, actor, code=None, gpu=None, evidence=(), now=None, t=None, started=None):
     """The rows a request adds to a node's transitions `rows` (pure). A request for the state the node is in adds
     nothing, and so does a finder's request the table does not allow while the node is out of service (the second
-    trigger of one fault; a failed validation is allowed and moves it); a
+    trigger of one fault; a failed validation is allowed and moves it), and a finder's request about a fault that
+    started (`started`, epoch seconds) before the node's last return to service (handled_before); a
     transition the table does not allow raises LifecycleError. A quarantine for a new fault that makes the lemon rule
     true adds quarantined -> lemon -> rma behind it."""
     _check_inputs(host, reason, actor, code, gpu)
@@ -112,6 +124,8 @@ def plan(rows, host, to_state, reason, actor, code=None, gpu=None, evidence=(), 
     why = allowed(current, to_state, actor)
     if to_state == current or (why and actor in FINDERS and current in OUT_OF_SERVICE and to_state in (
             "suspect", "quarantined")):
+        return []
+    if actor in FINDERS and to_state in ("suspect", "quarantined") and handled_before(rows, started):
         return []
     if why:
         raise LifecycleError("node %s: %s" % (host, why))
@@ -131,14 +145,15 @@ def plan(rows, host, to_state, reason, actor, code=None, gpu=None, evidence=(), 
     return new
 
 
-def transition(history, host, to_state, reason, actor, code=None, gpu=None, evidence=(), now=None, t=None):
+def transition(history, host, to_state, reason, actor, code=None, gpu=None, evidence=(), now=None, t=None,
+               started=None):
     """Write what `plan` decides, atomically (one write transaction reads the node's rows and adds the new ones).
     Returns {host, previous, state, added}."""
     seen = {}
 
     def decide(rows):
         seen["previous"] = state_of(rows)
-        return plan(rows, host, to_state, reason, actor, code, gpu, evidence, now, t)
+        return plan(rows, host, to_state, reason, actor, code, gpu, evidence, now, t, started)
 
     added = history.change_lifecycle(host, decide)
     return {"host": host, "previous": seen["previous"], "state": added[-1]["to_state"] if added else

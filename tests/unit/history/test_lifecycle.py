@@ -135,3 +135,26 @@ def test_an_older_history_is_migrated_forward_keeping_its_runs(tmp_path):
         assert h.version() == store.SCHEMA_VERSION and h.hosts() == ["n1"]
         transition(h, "n1", "suspect", "ECC rising", "audit", now=T0)
         assert lifecycle.summary(h.lifecycle_of("n1"), now=T0)["state"] == "suspect"
+
+
+def test_an_alert_that_started_before_the_nodes_return_to_service_is_the_fault_already_handled(tmp_path):
+    # Quarantined by the alert at T0, repaired and returned at T0+1200; Alertmanager repeats the alert (still firing,
+    # startsAt T0-30) within its hour: nothing is recorded. A new XID's alert (started after the return) quarantines.
+    with History(tmp_path / store.FILE_NAME) as h:
+        transition(h, "n1", "quarantined", "XID 79 on GPU 3", "alert", now=T0, started=T0 - 30, **XID)
+        transition(h, "n1", "repairing", "power cycle", "repair", now=T0 + 600)
+        transition(h, "n1", "validating", "preflight", "repair", now=T0 + 700)
+        transition(h, "n1", "healthy", "preflight passed", "repair", now=T0 + 1200)
+        rows = h.lifecycle_of("n1")
+        assert lifecycle.handled_before(rows, T0 - 30)["ts"] == T0 + 1200
+        repeat = transition(h, "n1", "quarantined", "XID 79 on GPU 3", "alert", now=T0 + 1500, started=T0 - 30, **XID)
+        assert (repeat["added"], repeat["state"]) == ([], "healthy") and h.lifecycle_of("n1") == rows
+        # A finder's suspicion about the old fault is dropped too; a trigger without a start time (the audit) and an
+        # operator act as before.
+        assert lifecycle.plan(rows, "n1", "suspect", "old", "watcher", now=T0 + 1500, started=T0 + 1199) == []
+        assert lifecycle.handled_before(rows, T0 + 1200) is None and lifecycle.handled_before(rows, None) is None
+        assert lifecycle.plan(rows, "n1", "quarantined", "by hand", "operator:ana", now=T0 + 1500, started=T0)
+        new = transition(h, "n1", "quarantined", "XID 48 on GPU 5", "alert", now=T0 + 1800, started=T0 + 1700,
+                         code="XID_48", gpu="5")
+        # (its second quarantine in a week: the lemon rule sends it on to rma)
+        assert [(r["to_state"], r["code"]) for r in new["added"]][0] == ("quarantined", "XID_48")

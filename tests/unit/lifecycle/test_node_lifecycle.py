@@ -83,3 +83,12 @@ def test_the_report_fail_verdicts_with_a_finding_the_ladder_knows_are_quarantine
     assert found["a"] == {"code": "ROW_REMAP_PENDING", "gpu": "2", "evidence": [],
                           "message": "ROW_REMAP_PENDING on the node"}
     assert found["b"]["gpu"] == "0000:c1:00" and found["b"]["evidence"] == [XID79]
+
+
+def test_the_query_names_the_return_to_service_an_alerts_fault_started_before():
+    rows = _rows(("quarantined", "alert", REMAP), ("repairing", "repair", {}), ("validating", "repair", {}),
+                 ("healthy", "repair", {}))
+    back = rows[-1]["ts"]
+    handled = describe(rows, [], started=back - 1)["handled"]
+    assert handled == {"ts": back, "reason": "why", "actor": "repair", "at": "2027-01-15T08:03:00+00:00"}
+    assert describe(rows, [], started=back + 1)["handled"] is None and describe(rows, [])["handled"] is None
