@@ -58,8 +58,8 @@ sanity: venv
 
 # Parallel workers (pytest-xdist): most tests wait on subprocesses, playbooks and timers rather than compute, so
 # more workers than cores pays; files stay whole on one worker (their module fixtures run once).
-UNIT_WORKERS ?= 6
-INTEGRATION_WORKERS ?= 4
+UNIT_WORKERS ?= 4
+INTEGRATION_WORKERS ?= 3
 FLEET_WORKERS ?= 3
 
 unit: venv torch-venv
