@@ -90,6 +90,7 @@ def next_round(result, t):
             inside_slow.update([a, b])
     proven = sorted(set(analysis["proven"]) - set(analysis["accused"]))
     suspects = sorted(analysis["suspects"], key=lambda n: (n not in inside_slow, n))
+    pairable = [n for n in suspects if n not in inside_slow]  # the suspects another suspect may pair with
     busy, out = set(), []
 
     def free(nodes, node, same_leaf):
@@ -99,8 +100,8 @@ def next_round(result, t):
     for node in suspects:
         if node in busy:
             continue
-        choices = (free(proven, node, True) or ([] if node in inside_slow else
-                   free([s for s in suspects if s not in inside_slow], node, True)) or free(proven, node, False))
+        choices = (free(proven, node, True) or ([] if node in inside_slow else free(pairable, node, True))
+                   or free(proven, node, False))
         if choices:
             busy.update([node, choices[0]])
             out.append((node, choices[0]))
