@@ -147,6 +147,7 @@ def test_check_mode_on_a_fresh_node_changes_nothing_and_fails_nothing(run, rflee
 
 
 @pytest.mark.xdist_group("roles-node0")
+@pytest.mark.timeout(4 * 420 + 60)  # four playbook runs, each bounded by its own 420 s (708 s here, >900 s in a busy CI)
 def test_converge_is_idempotent_and_every_role_verifies(run, rfleet, tmp_path):
     extra = ("-e", "@%s" % vars_file(rfleet, tmp_path, 0, DEFAULT_VARS))
     first = run(REPO / "playbooks/provision.yml", *extra, limit=node(rfleet, 0))

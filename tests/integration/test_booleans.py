@@ -51,13 +51,27 @@ def test_yaml_booleans_in_the_inventory_switch_them_too(tmp_path):
     assert checks["dcgm_diag"]["verdict"] == "pass" and checks["nccl_test"]["verdict"] == "pass", checks
 
 
-@pytest.mark.parametrize("force,burned", [("false", False), ("no", False), ("yes", True), ("true", True)])
-def test_force_false_never_burns_a_busy_gpu(tmp_path, force, burned):
-    inv = _inventory(tmp_path, "neighbour_process", {"gpufleet_dcgm_enabled": False, "gpufleet_nccl_enabled": False})
-    rc, output, report = _run(tmp_path, inv, ["-e", "gpufleet_force=%s" % force])
-    node = report["nodes"][0]
-    assert "GPU_BUSY" in codes(node), "the report says the GPU was busy either way"
-    if burned:
-        assert node["checks"]["gpu_burn"]["verdict"] != "skipped" and "CHECKS_REFUSED" not in codes(node)
-    else:
-        assert node["checks"]["gpu_burn"]["verdict"] == "skipped" and "CHECKS_REFUSED" in codes(node)
+# One run, one node per spelling (the strings as `-e gpufleet_force=no` would pass them, here per node).
+FORCE = {"false": False, "no": False, "yes": True, "true": True}
+
+
+def test_force_false_never_burns_a_busy_gpu(tmp_path):
+    inv = tmp_path / "inv"
+    subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(inv), "--nodes",
+                    str(len(FORCE)), "--scenario", "neighbour_process"], check=True)
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    nodes = sorted(hosts["gpufleet_sim"]["hosts"])
+    for host, force in zip(nodes, FORCE, strict=True):
+        hosts["gpufleet_sim"]["hosts"][host].update(gpufleet_force=force, gpufleet_burn_duration_s=60,
+                                                    gpufleet_dcgm_enabled=False, gpufleet_nccl_enabled=False)
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    rc, output, report = _run(tmp_path, str(inv))
+    assert report is not None, output[-3000:]
+    by_host = {n["host"]: n for n in report["nodes"]}
+    for host, (force, burned) in zip(nodes, FORCE.items(), strict=True):
+        node = by_host[host]
+        assert "GPU_BUSY" in codes(node), (force, "the report says the GPU was busy either way")
+        if burned:
+            assert node["checks"]["gpu_burn"]["verdict"] != "skipped" and "CHECKS_REFUSED" not in codes(node), force
+        else:
+            assert node["checks"]["gpu_burn"]["verdict"] == "skipped" and "CHECKS_REFUSED" in codes(node), force

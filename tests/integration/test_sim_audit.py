@@ -59,10 +59,12 @@ def test_the_slow_ecc_leak_is_caught_as_a_trend_before_its_first_uncorrectable_e
     inv = inventory(tmp_path, hosts)
     first_trend = first_uncorrectable = None
     seen = {}
-    # 26 nightly audits: the GPU and XID reading only (no diag, environment or storage, which this test is not about).
+    # An audit every other night over 26 days (a schedule that skips nights, as real ones do, and half the runs): the
+    # GPU and XID reading only (no diag, environment or storage, which this test is not about).
     nightly = {"gpufleet_fail_on": "never", "gpufleet_audit_dcgm_enabled": False, "gpufleet_audit_env_enabled": False,
                "gpufleet_checkpoint_path": ""}
-    for day in range(0, 26):
+    days = range(0, 26, 2)
+    for day in days:
         set_clock(tmp_path, hosts, day)
         rc, output, report = run_playbook("audit", tmp_path, inventory=str(inv), extra=nightly)
         assert rc == 0 and report is not None, output[-3000:]
@@ -78,14 +80,14 @@ def test_the_slow_ecc_leak_is_caught_as_a_trend_before_its_first_uncorrectable_e
             first_uncorrectable = day
     assert first_trend is not None and first_uncorrectable is not None, seen
     assert first_trend < first_uncorrectable - 5, seen  # days of warning, not hours
-    # The history holds every nightly reading of the leaking GPU, and the report shows its ECC rate curve.
+    # The history holds every reading of the leaking GPU, and the report shows its ECC rate curve.
     with History(tmp_path / "reports" / "history" / FILE_NAME, readonly=True) as history:
         (gpu,) = [g for g in history.gpus_of("leak01", index=2)]
         series = history.gpu_series(gpu["id"])
-        assert len(series) == 26 and series[-1]["ecc_corr_agg"] > series[0]["ecc_corr_agg"]
+        assert len(series) == len(days) and series[-1]["ecc_corr_agg"] > series[0]["ecc_corr_agg"]
         assert len(history.xid_events(gpu["id"], [92])) > 50
     leak = nodes_by_host(report)["leak01"]
-    assert len(leak["history"]["ecc_per_day"]["2"]) >= 20
+    assert len(leak["history"]["ecc_per_day"]["2"]) == len(days) - 1  # a rate between each two readings
     html = (tmp_path / "reports" / "latest" / "report.html").read_text()
     assert "Corrected ECC errors per day (history)" in html and 'data-history-host="leak01"' in html
 

@@ -70,8 +70,9 @@ def test_ctrl_c_stops_every_process_of_the_run_before_the_interrupted_report(tmp
     output, _ = proc.communicate(timeout=300)
     state = tmp_path / "sim-state"
     left = node_processes(state)
-    assert left == [], "still running when the interrupted run ended: %s\n%s" % (left, output[-3000:])
     report = json.loads((tmp_path / "reports" / "latest" / "report.json").read_text())
+    said = [f for n in report["nodes"] for f in n["findings"] if f["code"] == "RUN_INTERRUPTED"]
+    assert left == [], "still running when the interrupted run ended: %s\n%s\n%s" % (left, said, output[-3000:])
     assert report["interrupted"] is True
     node = report["nodes"][0]
     assert "RUN_INTERRUPTED" in codes(node)
