@@ -6,7 +6,6 @@ from roles/gpufleet/meta/argument_specs.yml; tests/unit/roles/test_bool_conditio
 import subprocess
 import sys
 
-import pytest
 import yaml
 from helpers.playbook_runner import REPO, codes, run_playbook
 
