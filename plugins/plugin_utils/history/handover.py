@@ -180,7 +180,7 @@ def to_pdf(html_path, pdf_path, timeout=120):
             "--user-data-dir=%s" % profile, "--no-pdf-header-footer", "--print-to-pdf=%s" % pdf_path,
             Path(html_path).resolve().as_uri()]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return "chromium could not print the PDF: %s" % exc
     finally:
