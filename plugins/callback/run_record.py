@@ -187,8 +187,8 @@ class CallbackModule(CallbackBase):
         proc = None
         try:
             # stdin explicitly: ansible-core makes this process's stdio non-inheritable, and an abort.yml started
-            # without an fd 0 opens its next file there, which its workers then clobber ("Could not detach from
-            # stdio", "A worker was found in a dead state": the abort failed in two of three full suite runs).
+            # without an fd 0 opens its next file there, which its workers then clobber now and then ("Could not
+            # detach from stdio", "A worker was found in a dead state": the stop fails, the work runs on).
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=ABORT_TIMEOUT_S, env=dict(os.environ, ANSIBLE_NOCOLOR="1"))
             with open(record) as fh:
