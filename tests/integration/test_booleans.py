@@ -14,14 +14,17 @@ SWITCHES = {"gpufleet_burn_enabled": "gpu_burn", "gpufleet_dcgm_enabled": "dcgm_
             "gpufleet_nccl_enabled": "nccl_test"}
 
 
-def _inventory(tmp_path, scenario, host_vars=None):
+def _inventory(tmp_path, scenario, *nodes_vars):
+    """An inventory of one node per host-vars dict (one node without any), all on `scenario`, in host-name order."""
+    nodes_vars = nodes_vars or ({},)
     inv = tmp_path / "inv"
-    subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(inv), "--nodes", "1",
-                    "--scenario", scenario], check=True)
+    subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(inv), "--nodes",
+                    str(len(nodes_vars)), "--scenario", scenario], check=True)
     hosts = yaml.safe_load((inv / "hosts.yml").read_text())
-    node = next(iter(hosts["gpufleet_sim"]["hosts"].values()))
-    node.update(host_vars or {})
-    node["gpufleet_burn_duration_s"] = 60
+    for name, host_vars in zip(sorted(hosts["gpufleet_sim"]["hosts"]), nodes_vars, strict=True):
+        node = hosts["gpufleet_sim"]["hosts"][name]
+        node.update(host_vars)
+        node["gpufleet_burn_duration_s"] = 60
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
     return str(inv)
 
@@ -55,20 +58,12 @@ FORCE = {"false": False, "no": False, "yes": True, "true": True}
 
 
 def test_force_false_never_burns_a_busy_gpu(tmp_path):
-    inv = tmp_path / "inv"
-    subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(inv), "--nodes",
-                    str(len(FORCE)), "--scenario", "neighbour_process"], check=True)
-    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
-    nodes = sorted(hosts["gpufleet_sim"]["hosts"])
-    for host, force in zip(nodes, FORCE, strict=True):
-        hosts["gpufleet_sim"]["hosts"][host].update(gpufleet_force=force, gpufleet_burn_duration_s=60,
-                                                    gpufleet_dcgm_enabled=False, gpufleet_nccl_enabled=False)
-    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    rc, output, report = _run(tmp_path, str(inv))
+    inv = _inventory(tmp_path, "neighbour_process", *[{"gpufleet_force": force, "gpufleet_dcgm_enabled": False,
+                                                       "gpufleet_nccl_enabled": False} for force in FORCE])
+    rc, output, report = _run(tmp_path, inv)
     assert report is not None, output[-3000:]
-    by_host = {n["host"]: n for n in report["nodes"]}
-    for host, (force, burned) in zip(nodes, FORCE.items(), strict=True):
-        node = by_host[host]
+    nodes = sorted(report["nodes"], key=lambda n: n["host"])
+    for node, (force, burned) in zip(nodes, FORCE.items(), strict=True):
         assert "GPU_BUSY" in codes(node), (force, "the report says the GPU was busy either way")
         if burned:
             assert node["checks"]["gpu_burn"]["verdict"] != "skipped" and "CHECKS_REFUSED" not in codes(node), force

@@ -13,6 +13,7 @@ windows see a few seconds of training; timestamps and durations in the values ar
   TrainingNodeRefused and TrainingOutOfRestarts.
 """
 
+import itertools
 import json
 import math
 import os
@@ -185,7 +186,7 @@ def test_healthy_run_fires_nothing(tmp_path):
     assert all(s["restart"] == 0 for s in steps)
     # It trained all through the recording: steps in each quarter of it (a count of steps would depend on load).
     quarters = [rec.t0 + (rec.times[-1] - rec.t0) * q / 4 for q in range(5)]
-    per_quarter = [sum(1 for s in steps if lo <= s["t"] < hi) for lo, hi in zip(quarters, quarters[1:], strict=False)]
+    per_quarter = [sum(1 for s in steps if lo <= s["t"] < hi) for lo, hi in itertools.pairwise(quarters)]
     assert all(n >= 3 for n in per_quarter), per_quarter
     promtool(tmp_path, rec.input_series(), [silent(name, minute) for name in ALERTS for minute in (30, 60, 90, 118)])
 
