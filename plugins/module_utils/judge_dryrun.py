@@ -85,8 +85,10 @@ def failure_findings(result, host):
         what = ""
         if root.get("exception"):
             what = ": %s: %s" % (root["exception"].get("type"), root["exception"].get("message"))
-        elif root.get("signal") == 6:
+        elif root.get("signal") == 6 and (timeouts or watchdog.get("terminate")):
             what = ": SIGABRT (the NCCL watchdog aborts the process on a timed-out or failed collective)"
+        elif root.get("signal") == 6:
+            what = ": SIGABRT (the process aborted itself: its last lines before the agent's summary say why)"
         elif root.get("signal"):
             what = ": killed by signal %d" % root["signal"]
         evidence = [x.get("line") for x in watchdog.get("terminate") or []][:2] or watchdog.get("evidence")

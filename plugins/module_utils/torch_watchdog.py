@@ -43,10 +43,15 @@ _MAX_SAMPLES = 5
 _MAX_TRACEBACK_LINES = 20
 _MAX_EVENTS = 5000  # per list: a log of a long-hung job can repeat the same lines for hours
 
+# How a process that aborts without a C++ exception says why (glibc, CPython, assert(3), the c10/glog signal handler).
+_ABORT_MARKERS = (r"Fatal Python error|double free|corrupted (?:size|double-linked)|free\(\): invalid|malloc\(\)|"
+                  r"Assertion [`'].*' failed|\*\*\* Aborted at|\*\*\* SIG[A-Z]+ |Aborted \(core dumped\)")
+_ABORT = re.compile(_ABORT_MARKERS)
+
 # Lines that can matter; everything else (loss prints, progress bars) is skipped before any other regex runs.
 _KEYWORDS = re.compile(r"atchdog|WorkNCCL|Timed out waiting|last enqueued|terminate called|what\(\)|failed \(exitcode|"
                        r"out of memory|OutOfMemory|(?:Error|Exception|Interrupt|Exit)(?::|\s*$)|Failures:|Root Cause|"
-                       r"Heartbeat|between collectives|\]:\[rank")
+                       r"Heartbeat|between collectives|\]:\[rank|" + _ABORT_MARKERS)
 
 
 
@@ -54,7 +59,8 @@ def _maybe(line):
     return ("Error" in line or "Exception" in line or "atchdog" in line or "WorkNCCL" in line or "]:[rank" in line
             or "Timed out" in line or "enqueued" in line or "terminate" in line or "what()" in line or "exitcode" in line
             or "memory" in line or "Failures:" in line or "Root Cause" in line or "Heartbeat" in line
-            or "collectives" in line or "Interrupt" in line or "Exit" in line)
+            or "collectives" in line or "Interrupt" in line or "Exit" in line or "Fatal" in line or "free" in line
+            or "malloc" in line or "Assertion" in line or "***" in line or "Aborted" in line)
 
 
 _RANK_PREFIX = re.compile(r"\[rank(?P<rank>\d+)\]:")
@@ -322,6 +328,7 @@ class _Parser:
         self.timeout_keys = {}
         self.kill_keys = {}
         self.when = None  # the last time seen (lines without a time inherit it)
+        self.fatal_frame = False  # after "Fatal Python error": the next "File ..." line is where the rank aborted
 
     # ---- helpers ------------------------------------------------------------------------------------------------
     def evidence(self, line):
@@ -351,6 +358,11 @@ class _Parser:
     def feed(self, raw, when=None):
         self.result["lines_read"] += 1
         line = raw.rstrip("\r\n")
+        if self.fatal_frame and line.strip() and not line.startswith(("Current thread", "Thread 0x")):
+            self.fatal_frame = False  # the frame, or whatever came instead: never a later traceback's frame
+            if line.lstrip().startswith("File "):
+                self.evidence(line)
+                return
         # Plain substring tests first (C speed), the exact keyword regex only on the few lines that pass them.
         if not self.in_summary and not (_maybe(line) and _KEYWORDS.search(line)):
             return
@@ -529,6 +541,10 @@ class _Parser:
             self.evidence(line)
             # no return: the same line is a RuntimeError
 
+        if _ABORT.search(line):  # the only word on why a rank aborted when no C++ exception was thrown
+            self.fatal_frame = self.fatal_frame or "Fatal Python error" in line
+            self.evidence(line)
+            return
         match = _TERMINATE.search(line)
         if match:
             self._append("terminate", {"rank": who["rank"], "exception": match.group("type"), "what": None,
@@ -589,7 +605,7 @@ def parse_torch_lines(lines, world_size=None, since=None, until=None, reference=
     for item in lines:
         if type(item) is str:
             # The common case, inlined: most lines of a training log carry none of the keywords.
-            if not parser.in_summary and not _maybe(item):
+            if not parser.in_summary and not parser.fatal_frame and not _maybe(item):
                 skipped += 1
                 continue
             text, when = item, None

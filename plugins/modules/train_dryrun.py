@@ -432,7 +432,8 @@ def main():
         finish(planned_tool(planned), not_run="check mode: torchrun not started")
 
     marker = uuid.uuid4().hex
-    env = {"PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "GPUFLEET_DRYRUN_BACKEND": p["backend"],
+    # PYTHONFAULTHANDLER: a rank that aborts (SIGABRT, SIGSEGV) prints "Fatal Python error" and every thread's stack.
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "GPUFLEET_DRYRUN_BACKEND": p["backend"],
            MARKER_ENV: marker}
     env.update(user_env)
     try:

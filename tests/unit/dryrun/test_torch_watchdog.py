@@ -86,6 +86,17 @@ def test_real_torch213_exception_on_rank1():
     assert r["unparsed"]["count"] == 0
 
 
+def test_real_torch213_abort_without_exception_keeps_the_fatal_error_and_its_frame():
+    # A rank that aborts with no C++ exception (assert(3), a glibc heap check) prints nothing of its own; the dry run's
+    # PYTHONFAULTHANDLER=1 makes it print "Fatal Python error" and where it was: both are the evidence.
+    r = parse("torch213_gloo_abort_rank1.log", world_size=2)
+    assert r["root_cause"]["rank"] == 1 and r["root_cause"]["signal"] == 6 and r["root_cause"]["exception"] is None
+    assert r["terminate"] == [] and r["timeouts"] == []
+    assert "Fatal Python error: Aborted" in r["evidence"]
+    assert '  File "/opt/train/tests/fixtures/torch/entrypoints/abort_on_rank1.py", line 9 in <module>' in r["evidence"]
+    assert not any("functional_tensor.py" in x for x in r["evidence"])  # only the frame right after the error
+
+
 def test_real_torch213_gloo_timeout_points_at_the_stuck_rank():
     r = parse("torch213_gloo_timeout_rank1_stuck.log", world_size=2)
     assert r["timeouts"][0]["backend"] == "gloo" and r["timeouts"][0]["timeout_ms"] == 3000

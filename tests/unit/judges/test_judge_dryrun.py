@@ -94,6 +94,17 @@ def test_failed_step_explained_most_specific_first():
     assert "rank 0 failed first (exitcode -6): SIGABRT" in findings[4]["message"]
 
 
+def test_sigabrt_is_blamed_on_the_nccl_watchdog_only_with_its_evidence():
+    result = set_path(healthy(), ("tool", "rc"), 1)
+    result["watchdog"] = {"root_cause": ROOT, "terminate": [], "timeouts": [],
+                          "evidence": ["Fatal Python error: Aborted", '  File "/opt/train/x.py", line 9 in <module>']}
+    fail = judge(result)[-1]
+    assert "SIGABRT (the process aborted itself" in fail["message"] and "NCCL" not in fail["message"]
+    assert fail["evidence"][0] == "Fatal Python error: Aborted"
+    result["watchdog"]["terminate"] = [{"line": "terminate called after throwing an instance of 'c10::DistBackendError'"}]
+    assert "the NCCL watchdog aborts" in judge(result)[-1]["message"]
+
+
 def test_exit_code_alone_fails():
     result = set_path(healthy(), ("tool", "rc"), 1)
     assert codes(judge(result)) == [("DRYRUN_FAIL", None)]
