@@ -53,7 +53,18 @@ def test_quarantine_repair_validate_and_return(fleet):
         quarantined = rows(fleet, "lc01")
         drained = slurm(fleet, "lc01")
         repaired = play(fleet, "lc01", "repair")
-        return both, quarantined, drained, repaired
+        returned = (rows(fleet, "lc01"), slurm(fleet, "lc01"))
+        # Alertmanager repeats the XID alert that fired before the return (still firing: its hour), first as it was,
+        # then after a second XID on the same GPU (the rules' last_event_epoch moved past the return).
+        back = returned[0][-1]["ts"]
+        alert = {"labels": {"alertname": "GpuXidCritical", "instance": "lc01:9100", "xid": "79", "gpu": "2"},
+                 "annotations": {"summary": "lc01:9100: XID 79 on GPU 2", "last_event_epoch": "%.3f" % (back - 30)},
+                 "startsAt": time.strftime("%Y-%m-%dT%H:%M:%S.5Z", time.gmtime(back - 60))}
+        repeat = play(fleet, "lc01", "quarantine", "lifecycle_actor=alert", json.dumps({"lifecycle_alerts": [alert]}))
+        repeat_state = (rows(fleet, "lc01"), slurm(fleet, "lc01"))
+        alert["annotations"]["last_event_epoch"] = "%.3f" % (back + 1)
+        again = play(fleet, "lc01", "quarantine", "lifecycle_actor=alert", json.dumps({"lifecycle_alerts": [alert]}))
+        return both, quarantined, drained, repaired, returned, (repeat, repeat_state), again
 
     def admin_node():
         admin_drain(fleet, "lc02")
@@ -81,7 +92,7 @@ def test_quarantine_repair_validate_and_return(fleet):
                                                              pool.submit(lemon_node), pool.submit(audited_node)])
 
     # lc01: one quarantine for two triggers, the bundle first, the drain with gpufleet's reason.
-    both, quarantined, drained, (rc, out) = remap
+    both, quarantined, drained, (rc, out), returned, (repeat, repeat_state), again = remap
     assert [r[0] for r in both] == [0, 0], both[0][1][-3000:] + both[1][1][-3000:]
     assert [r["to_state"] for r in quarantined] == ["quarantined"], quarantined
     assert quarantined[0]["code"] == "ROW_REMAP_PENDING" and quarantined[0]["gpu"] == "2"
@@ -90,11 +101,20 @@ def test_quarantine_repair_validate_and_return(fleet):
     assert drained["drain"] and drained["reason"] == "gpufleet: ROW_REMAP_PENDING 2", drained
     # The repair: the reset rung, the burn-in stages it names, healthy, resumed in Slurm.
     assert rc == 0, out[-5000:]
-    after = rows(fleet, "lc01")
+    after, after_slurm = returned
     assert [r["to_state"] for r in after] == ["quarantined", "repairing", "validating", "healthy"], after
     assert after[1]["evidence"][0] == "rung: gpu_reset" and after[3]["actor"] == "burn_in"
     assert json.loads((fleet / "state" / "lc01" / "resets.json").read_text()).get("2")
-    assert slurm(fleet, "lc01")["drain"] is False
+    assert after_slurm["drain"] is False
+    # The repeat of the alert handled before the return changes nothing; a second XID after it quarantines again.
+    (rc, out), (repeat_rows, repeat_slurm) = repeat, repeat_state
+    assert rc == 0 and "not quarantined" in out and "its fault is already handled" in out, out[-3000:]
+    assert repeat_rows == after and repeat_slurm["drain"] is False
+    assert again[0] == 0, again[1][-3000:]
+    new = rows(fleet, "lc01")[len(after):]  # its second quarantine in 7 days: a lemon, out for RMA
+    assert [r["to_state"] for r in new] == ["quarantined", "lemon", "rma"], new
+    assert (new[0]["actor"], new[0]["code"], new[0]["gpu"]) == ("alert", "XID_79", "2")
+    assert slurm(fleet, "lc01")["reason"] == "gpufleet: XID_79 2"
     report = json.loads((fleet / "lc01" / "latest" / "report.json").read_text())
     assert report["playbook"] == "burn_in" and [n["verdict"] for n in report["nodes"]] == ["pass"]
 

@@ -126,6 +126,29 @@ def test_the_alert_time_is_parsed_to_the_nanosecond_and_garbage_is_named():
         alerts.finding([])
 
 
+def test_a_second_xid_while_the_alert_fires_is_a_new_fault_by_its_last_event_time():
+    # The alert started at 10:00 and still fires; the same XID on the same GPU came again at 10:40 (the rules'
+    # last_event_epoch annotation): the fault's time is 10:40, so a node returned at 10:20 is quarantined again.
+    payload = copy.deepcopy(PAYLOAD)
+    payload["alerts"][0]["startsAt"] = "2026-12-01T10:00:00.25Z"
+    payload["alerts"][0]["annotations"]["last_event_epoch"] = "1796121600.000"  # 2026-12-01T10:40:00Z
+    found = alerts.finding(payload["alerts"])
+    assert found["started"] == 1796121600.0 and found["at"] == "2026-12-01T10:40:00Z"
+    assert found["startsAt"] == "2026-12-01T10:00:00.25Z"
+    # the XID older than startsAt (the alert began on another evaluation's data) or absent: startsAt stands
+    for older in ("1796119000.000", "", None):
+        payload["alerts"][0]["annotations"]["last_event_epoch"] = older
+        assert alerts.finding(payload["alerts"])["started"] == pytest.approx(1796119200.25, abs=1e-6)
+    # a second GPU's alert that started earlier but whose XID came last is the finding
+    two = _two_gpus("2026-12-01T10:00:05Z", "2026-12-01T10:00:00Z")
+    two["alerts"][1]["annotations"]["last_event_epoch"] = "1796119800"
+    assert alerts.finding(two["alerts"])["gpu"] == "3"
+    for bad in ("soon", "nan", "-1", "inf", "0"):
+        payload["alerts"][0]["annotations"]["last_event_epoch"] = bad
+        with pytest.raises(alerts.AlertError, match=r"GpuXidCritical of gpu01:9100: annotation last_event_epoch"):
+            alerts.finding(payload["alerts"])
+
+
 @pytest.mark.parametrize("change", [
     {"status": "resolved"},
     {"commonLabels": dict(PAYLOAD["commonLabels"], alertname="GpuXidWarning")},

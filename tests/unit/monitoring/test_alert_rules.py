@@ -122,6 +122,26 @@ def xid_ts(xid, at_s, n=80, severity="critical"):
 
 
 @needs_promtool
+def test_the_xid_page_carries_its_newest_event_time_while_it_fires(tmp_path):
+    """A second XID 79 on the same GPU 20 minutes in keeps the alert (and Alertmanager's startsAt) as it was: only
+    last_event_epoch moves, and the lifecycle reads it to tell a new fault from a repeat of the handled one."""
+    doc = yaml.safe_load(RULES.read_text())
+    ann = next(r["annotations"] for r in doc["groups"][0]["rules"] if r["labels"].get("cause") == "critical_code")
+    labels = dict(NODE, severity="critical", cause="critical_code", pci=PCI, xid="79", gpu="3", uuid="GPU-abc")
+
+    def page(at, last_event):
+        annotations = {"summary": "n1:9100: XID 79 on GPU 3 (0000:c1:00) 5m 0s ago", "description": ann["description"],
+                       "runbook_url": ann["runbook_url"], "last_event_epoch": last_event}
+        return {"eval_time": at, "alertname": "GpuXidCritical",
+                "exp_alerts": [{"exp_labels": labels, "exp_annotations": annotations}]}
+    run_promtool(tmp_path, RULES.read_text(), [
+        {"interval": "1m", "input_series": [series("gpufleet_xid_last_event_timestamp_seconds",
+                                                   {"pci": PCI, "xid": "79", "severity": "critical"}, "300x19 1500x40"),
+                                            {"series": INFO, "values": "1x60"}],
+         "alert_rule_test": [page("10m", "300.000"), page("30m", "1500.000")]}])
+
+
+@needs_promtool
 def test_gpu_xid_critical_and_warning_follow_the_watcher_s_severity(tmp_path):
     labels = dict(NODE, severity="critical", cause="critical_code", pci=PCI, xid="79", gpu="3", uuid="GPU-abc")
     ticket = dict(NODE, severity="warning", cause="warning_code", pci=PCI, gpu="3", uuid="GPU-abc")
