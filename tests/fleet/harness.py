@@ -456,6 +456,11 @@ class Fleet:
                 "--setenv=SYSTEMD_COLORS=0",
                 "--bind-ro=%s:%s" % (self.apt_dir, APT_MOUNT)]
         argv += ["--bind-ro=%s:%s" % (host, inside) for host, inside in self.binds]
+        # A reboot inside the node (ansible.builtin.reboot: the repair ladder's rung) ends systemd-nspawn --keep-unit
+        # with 133, the status systemd-nspawn@.service restarts on (RestartForceExitStatus=133): this loop boots the
+        # node again the same way; any other end (power off, kill_node, down) ends the loop.
+        argv = ["sh", "-c", 'while :; do "$@"; rc=$?; [ "$rc" -eq 133 ] || exit "$rc"; '
+                'echo "=== $(date "+%F %T") rebooted from inside: booting again"; done', "gpufleet-node-boot"] + argv
         log = open(node.log, "ab")
         log.write(("\n=== %s boot: %s\n" % (time.strftime("%F %T"), shlex.join(argv))).encode())
         log.flush()
