@@ -5,7 +5,9 @@ quarantine: the node is drained in the simulated Slurm with gpufleet's reason na
 event's JSON makes a number), and its neighbour is not. A second GPU's
 XID on the same node (a second alert, a second POST, a second playbook run) quarantines nothing more."""
 
+import json
 import time
+import urllib.request
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
@@ -50,6 +52,10 @@ def test_an_xid_79_drains_its_node_once_through_alertmanager_and_the_rulebook(pa
     path.nodes["eda01"].xid(0, 79, "GPU has fallen off the bus.")
     node = wait("eda01 drained", lambda: (lambda n: n and "DRAIN" in n["State"] and n)(slurm(path, "eda01")), path)
     assert node["Reason"].startswith("gpufleet: XID_79 0 ["), node
+    # The real Prometheus filled the rule's last_event_epoch with the watcher's time of that XID (a query in a template)
+    with urllib.request.urlopen("http://127.0.0.1:%d/api/v2/alerts" % path.ports["alertmanager"], timeout=10) as resp:
+        [alert] = [a for a in json.load(resp) if a["labels"]["alertname"] == "GpuXidCritical"]
+    assert abs(float(alert["annotations"]["last_event_epoch"]) - time.time()) < 600, alert["annotations"]
 
     # A second critical XID on another GPU of the drained node: Alertmanager posts the node's group again, and the
     # rulebook runs the quarantine again once its first run has ended.
