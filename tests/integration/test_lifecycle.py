@@ -67,8 +67,10 @@ def test_quarantine_repair_validate_and_return(fleet):
         return both, quarantined, drained, repaired, returned, (repeat, repeat_state), again
 
     def admin_node():
+        # A typo in a variable is refused before anything runs (the rung could reboot the node).
+        typo = play(fleet, "lc02", "quarantine", "gpufleet_reboot_timout_s=5")
         admin_drain(fleet, "lc02")
-        return play(fleet, "lc02", "release")
+        return typo, play(fleet, "lc02", "release")
 
     def lemon_node():
         dry = play(fleet, "lc03", "quarantine", "lifecycle_dry_run=true")
@@ -118,8 +120,11 @@ def test_quarantine_repair_validate_and_return(fleet):
     report = json.loads((fleet / "lc01" / "latest" / "report.json").read_text())
     assert report["playbook"] == "burn_in" and [n["verdict"] for n in report["nodes"]] == ["pass"]
 
-    # lc02: drained by an admin; release refuses and leaves their drain as it is.
-    rc, out = admin
+    # lc02: the typo refused before anything was recorded; drained by an admin; release refuses and leaves their
+    # drain as it is.
+    (rc, out), (typo_rc, typo_out) = admin[1], admin[0]
+    assert typo_rc == 2 and "did you mean gpufleet_reboot_timeout_s" in typo_out, typo_out[-3000:]
+    assert "refusing to start" in typo_out and "RMA evidence bundle" not in typo_out
     assert rc != 0 and "gpufleet resumes only its own drains" in out, out[-3000:]
     admin_drained = slurm(fleet, "lc02")
     assert admin_drained["drain"] and admin_drained["reason"] == "bad dimm, see INC-4711", admin_drained
