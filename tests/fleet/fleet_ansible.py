@@ -12,6 +12,37 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_BIN = Path(sys.executable).parent
+INSTALL_SIM = """
+- name: Install the simulated GPU tools
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Install gpufleet-sim from the local repository
+      ansible.builtin.apt:
+        name: gpufleet-sim
+        update_cache: true
+"""
+NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The simulator's GPU tools on a fleet node (package gpufleet-sim): the variables that point a run at them.
+SIM_VARS = {
+    "gpufleet_sim_time_scale": "0.01",
+    "gpufleet_poll_interval_s": 2,
+    "gpufleet_psu_rails": {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]},
+    "gpufleet_environment": {
+        "PATH": "{{ gpufleet_sim_root }}/bin:{{ gpufleet_sim_base_path }}",
+        "GPUFLEET_SIM_SCENARIO": "{{ gpufleet_sim_root }}/scenarios/{{ gpufleet_sim_scenario }}.json",
+        "GPUFLEET_SIM_STATE": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}",
+        "GPUFLEET_SIM_NODE": "{{ inventory_hostname }}",
+        "GPUFLEET_SIM_TIME_SCALE": "{{ gpufleet_sim_time_scale }}",
+        "GPUFLEET_SIM_NCCL_HOLD_S": "{{ gpufleet_sim_nccl_hold_s | default(0) }}",
+    },
+    # Per node: the role keeps its XID read position here. Shared by "local" nodes, one would hide another's XIDs.
+    "gpufleet_state_dir": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/gpufleet",
+    "gpufleet_checkpoint_path": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/checkpoint",
+    "gpufleet_checkpoint_size_gb": 1.0,
+    "gpufleet_checkpoint_write_test_mb": 64,
+    "gpufleet_checkpoint_mounts_file": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/mounts",
+}
 
 
 def ansible_env(extra=None):

@@ -13,34 +13,13 @@ import time
 import harness
 import jsonschema
 import pytest
-from fleet_ansible import ANSIBLE_BIN, REPO, PlaybookRun, ansible_env
+from fleet_ansible import ANSIBLE_BIN, INSTALL_SIM, NODE_PATH, REPO, SIM_VARS, PlaybookRun, ansible_env
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(420)]
 
 BURN_IN = REPO / "playbooks" / "burn_in.yml"
 SCHEMA = REPO / "plugins" / "plugin_utils" / "report_schema.json"
 SCENARIOS = ("healthy_h100", "riser_xid79", "psu_rail_b", "ecc_leak")
-NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-COMMON_VARS = {
-    "gpufleet_sim_time_scale": "0.01",
-    "gpufleet_poll_interval_s": 2,
-    "gpufleet_psu_rails": {"A": [0, 1, 2, 3], "B": [4, 5, 6, 7]},
-    "gpufleet_environment": {
-        "PATH": "{{ gpufleet_sim_root }}/bin:{{ gpufleet_sim_base_path }}",
-        "GPUFLEET_SIM_SCENARIO": "{{ gpufleet_sim_root }}/scenarios/{{ gpufleet_sim_scenario }}.json",
-        "GPUFLEET_SIM_STATE": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}",
-        "GPUFLEET_SIM_NODE": "{{ inventory_hostname }}",
-        "GPUFLEET_SIM_TIME_SCALE": "{{ gpufleet_sim_time_scale }}",
-        "GPUFLEET_SIM_NCCL_HOLD_S": "{{ gpufleet_sim_nccl_hold_s | default(0) }}",
-    },
-    # Per node: the role keeps its XID read position here. Shared by "local" nodes, one would hide another's XIDs.
-    "gpufleet_state_dir": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/gpufleet",
-    "gpufleet_checkpoint_path": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/checkpoint",
-    "gpufleet_checkpoint_size_gb": 1.0,
-    "gpufleet_checkpoint_write_test_mb": 64,
-    "gpufleet_checkpoint_mounts_file": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/mounts",
-}
-
 if not BURN_IN.exists():
     pytest.skip("playbooks/burn_in.yml is not in this checkout", allow_module_level=True)
 
@@ -54,23 +33,14 @@ def _write_inventory(path, hosts, group_vars):
 def burn_in_setup(fleet, tmp_path_factory):
     """Install the simulator on every node (real apt) and write the SSH and local inventories (same host names)."""
     tmp = tmp_path_factory.mktemp("burn_in")
-    install = PlaybookRun(fleet, """
-    - name: Install the simulated GPU tools
-      hosts: all
-      gather_facts: false
-      tasks:
-        - name: Install gpufleet-sim from the local repository
-          ansible.builtin.apt:
-            name: gpufleet-sim
-            update_cache: true
-    """, tmp_path=tmp).wait(180)
+    install = PlaybookRun(fleet, INSTALL_SIM, tmp_path=tmp).wait(180)
     assert install.proc.returncode == 0, install.output[-3000:]
     scen = {n.name: {"gpufleet_sim_scenario": s} for n, s in zip(fleet.nodes, SCENARIOS, strict=True)}
     ssh_inv = _write_inventory(tmp / "ssh_vars.yml", scen, dict(
-        COMMON_VARS, gpufleet_sim_root="/usr/lib/gpufleet-sim", gpufleet_sim_state_root="/var/lib/gpufleet-sim",
+        SIM_VARS, gpufleet_sim_root="/usr/lib/gpufleet-sim", gpufleet_sim_state_root="/var/lib/gpufleet-sim",
         gpufleet_sim_base_path=NODE_PATH))
     local_inv = _write_inventory(tmp / "local.yml", scen, dict(
-        COMMON_VARS, gpufleet_sim_root=str(REPO / "sim"), gpufleet_sim_state_root=str(tmp / "local-state"),
+        SIM_VARS, gpufleet_sim_root=str(REPO / "sim"), gpufleet_sim_state_root=str(tmp / "local-state"),
         gpufleet_sim_base_path=os.environ["PATH"], ansible_connection="local",
         ansible_python_interpreter=sys.executable))
     return {"tmp": tmp, "ssh": [fleet.inventory_path, ssh_inv], "local": [local_inv]}

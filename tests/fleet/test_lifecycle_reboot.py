@@ -8,8 +8,7 @@ import time
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
-from fleet_ansible import REPO, PlaybookRun
-from test_fleet_burn_in import COMMON_VARS, NODE_PATH
+from fleet_ansible import INSTALL_SIM, NODE_PATH, REPO, SIM_VARS, PlaybookRun
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(600)]
 
@@ -21,24 +20,15 @@ def sim_nodes(fleet, tmp_path_factory):
     """The simulator's GPU tools on every node (real apt), the training environment (the role), each node a healthy
     H100, and the SSH inventory's vars."""
     tmp = tmp_path_factory.mktemp("reboot")
-    install = PlaybookRun(fleet, """
-    - name: Install the simulated GPU tools
-      hosts: all
-      gather_facts: false
-      tasks:
-        - name: Install gpufleet-sim from the local repository
-          ansible.builtin.apt:
-            name: gpufleet-sim
-            update_cache: true
-
-    - name: Provision the training environment, as the preflight that validates the repair expects
-      hosts: all
-      gather_facts: true
-      roles:
-        - kentino.gpufleet.training_env
-    """, tmp_path=tmp).wait(240)
+    install = PlaybookRun(fleet, INSTALL_SIM + """
+- name: Provision the training environment, as the preflight that validates the repair expects
+  hosts: all
+  gather_facts: true
+  roles:
+    - kentino.gpufleet.training_env
+""", tmp_path=tmp).wait(240)
     assert install.proc.returncode == 0, install.output[-3000:]
-    group_vars = dict(COMMON_VARS, gpufleet_sim_root="/usr/lib/gpufleet-sim", gpufleet_sim_state_root="/var/lib/gpufleet-sim",
+    group_vars = dict(SIM_VARS, gpufleet_sim_root="/usr/lib/gpufleet-sim", gpufleet_sim_state_root="/var/lib/gpufleet-sim",
                       gpufleet_sim_base_path=NODE_PATH, gpufleet_sim_scenario="healthy_h100")
     inv = tmp / "sim_vars.yml"
     inv.write_text(json.dumps({"gpufleet_nodes": {"hosts": {n.name: {} for n in fleet.nodes}, "vars": group_vars}}))
