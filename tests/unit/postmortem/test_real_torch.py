@@ -12,6 +12,7 @@ torch's analyzer (python -m torch.distributed.flight_recorder.fr_trace) is compa
   the entries name the group '0'. Our reader pairs a dump's only group with its only pg_config entry (and says so).
 """
 
+import json
 import os
 import subprocess
 import time
@@ -30,7 +31,6 @@ pytestmark = [pytest.mark.slow, needs_torch]
 
 
 def fr_trace(directory):
-    import json
     proc = subprocess.run([str(TORCH_PY), str(PROBE), str(directory), "nccl_trace_rank_"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -65,6 +65,8 @@ def test_real_job_one_rank_sleeps_before_all_reduce(tmp_path):
     assert not ev.get("failed") and len(ev["dumps"]) == 3, ev
     r = analysis.analyse({"localhost": ev}, now=time.time())
     v = r["verdict"]
+    if v["confidence"] != "medium":  # the whole evidence, which pytest's assertion message cuts
+        print(json.dumps({"verdict": v, "flight": r.get("flight"), "dumps": ev.get("dumps")}, default=str)[:30000])
     assert v["rank"] == 1 and v["kind"] == "rank" and v["confidence"] == "medium", v
     assert r["flight"]["culprits"][0]["basis"] == "never_joined"
     assert "never joined collective all_reduce #5" in v["message"]
