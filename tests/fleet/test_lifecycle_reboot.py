@@ -7,8 +7,8 @@ import json
 import time
 
 import pytest
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
 from fleet_ansible import INSTALL_SIM, NODE_PATH, REPO, SIM_VARS, PlaybookRun
+from helpers.lifecycle_runs import lifecycle_args, rows
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(600)]
 
@@ -36,16 +36,9 @@ def sim_nodes(fleet, tmp_path_factory):
 
 
 def lifecycle(fleet, setup, node, action, *extra, timeout=420):
-    run = PlaybookRun(fleet, str(LIFECYCLE), [
-        "-e", "gpufleet_report_dir=%s" % (setup["tmp"] / node), "-e", "lifecycle_action=%s" % action,
-        "-e", "lifecycle_node=%s" % node, "-e", "gpufleet_hosts=%s" % node, "-e", "lifecycle_dcgm_level=1",
-        *[a for e in extra for a in ("-e", e)]], inventories=setup["inventories"], tmp_path=setup["tmp"])
+    run = PlaybookRun(fleet, str(LIFECYCLE), lifecycle_args(setup["tmp"], node, action, *extra),
+                      inventories=setup["inventories"], tmp_path=setup["tmp"])
     return run.wait(timeout)
-
-
-def rows_of(setup, node):
-    with History(default_path(setup["tmp"] / node / "history"), readonly=True) as history:
-        return history.lifecycle_of(node)
 
 
 def boot_id(fleet, node):
@@ -64,9 +57,9 @@ def test_the_reboot_rung_reboots_the_node_over_ssh_validates_and_returns_it(flee
     assert repair.proc.returncode == 0, repair.output[-5000:]
     after = boot_id(fleet, node)
     assert after != before  # rebooted: systemd in the node gave a new boot id
-    rows = rows_of(sim_nodes, node)
-    assert [r["to_state"] for r in rows] == ["quarantined", "repairing", "validating", "healthy"], rows
-    assert rows[1]["evidence"][0] == "rung: reboot" and rows[3]["actor"] == "preflight", rows
+    done = rows(sim_nodes["tmp"], node)
+    assert [r["to_state"] for r in done] == ["quarantined", "repairing", "validating", "healthy"], done
+    assert done[1]["evidence"][0] == "rung: reboot" and done[3]["actor"] == "preflight", done
     print("the reboot rung over SSH, with its preflight: %.1f s" % repair_s)
 
 
@@ -87,6 +80,6 @@ def test_a_node_that_does_not_come_back_stays_quarantined(fleet, sim_nodes, rest
     assert repair.proc.returncode != 0
     assert "reboot did not run: node %s: reboot: node_not_back: the node did not answer within 20 s" % node \
         in repair.output, repair.output[-3000:]
-    rows = rows_of(sim_nodes, node)
-    assert [r["to_state"] for r in rows] == ["quarantined", "repairing", "quarantined"], rows
-    assert "node_not_back" in rows[-1]["reason"], rows[-1]
+    done = rows(sim_nodes["tmp"], node)
+    assert [r["to_state"] for r in done] == ["quarantined", "repairing", "quarantined"], done
+    assert "node_not_back" in done[-1]["reason"], done[-1]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
-from helpers.lifecycle_runs import play, slurm
+from helpers.lifecycle_runs import play, rows, slurm
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -29,11 +29,6 @@ def fleet(tmp_path_factory):
     subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(root / "inv"), "--nodes",
                     str(len(NODES)), "--scenario", ",".join(NODES.values()), "--prefix", "lc"], check=True)
     return root
-
-
-def rows(root, node):
-    with History(default_path(root / node / "history"), readonly=True) as history:
-        return history.lifecycle_of(node)
 
 
 def admin_drain(root, node):
@@ -122,7 +117,7 @@ def test_quarantine_repair_validate_and_return(fleet):
 
     # lc02: the typo refused before anything was recorded; drained by an admin; release refuses and leaves their
     # drain as it is.
-    (rc, out), (typo_rc, typo_out) = admin[1], admin[0]
+    (typo_rc, typo_out), (rc, out) = admin
     assert typo_rc == 2 and "did you mean gpufleet_reboot_timeout_s" in typo_out, typo_out[-3000:]
     assert "refusing to start" in typo_out and "RMA evidence bundle" not in typo_out
     assert rc != 0 and "gpufleet resumes only its own drains" in out, out[-3000:]

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path
-from helpers.lifecycle_runs import play, slurm
+from helpers.lifecycle_runs import play, rows, slurm
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -126,15 +125,12 @@ def test_power_cycle_through_the_bmc_returns_the_node_and_each_bmc_fault_keeps_i
     with ThreadPoolExecutor(len(NODES)) as pool:
         results = dict(zip(NODES, pool.map(one, NODES), strict=True))
 
-    def rows(node):
-        with History(default_path(fleet / node / "history"), readonly=True) as history:
-            return history.lifecycle_of(node)
-
     lost, (rc, out), (rc2, out2) = results["bm01"]
     assert lost != 0 and rc == 0, out[-3000:]
     assert rc2 == 0, out2[-6000:]
-    assert [r["to_state"] for r in rows("bm01")] == ["quarantined", "repairing", "validating", "healthy"]
-    assert rows("bm01")[1]["evidence"][0] == "rung: bmc_power_cycle" and rows("bm01")[3]["actor"] == "preflight"
+    bm01 = rows(fleet, "bm01")
+    assert [r["to_state"] for r in bm01] == ["quarantined", "repairing", "validating", "healthy"]
+    assert bm01[1]["evidence"][0] == "rung: bmc_power_cycle" and bm01[3]["actor"] == "preflight"
     assert "PowerState Off" in out2 and "PowerState On" in out2
     assert sim(fleet, "bm01", "nvidia-smi", "-L").returncode == 0  # the power cycle brought GPU 3 back
     assert slurm(fleet, "bm01")["drain"] is False
@@ -145,8 +141,8 @@ def test_power_cycle_through_the_bmc_returns_the_node_and_each_bmc_fault_keeps_i
         (rc, out), (rc2, out2) = results[node][1:]
         assert rc == 0, out[-3000:]
         assert rc2 != 0 and words in out2 and "stays quarantined" in out2, (node, out2[-4000:])
-        states = [r["to_state"] for r in rows(node)]
+        states = [r["to_state"] for r in rows(fleet, node)]
         assert states == ["quarantined", "repairing", "quarantined"], (node, states)
-        assert words.split(":")[0] in rows(node)[-1]["reason"], rows(node)[-1]
+        assert words.split(":")[0] in rows(fleet, node)[-1]["reason"], rows(fleet, node)[-1]
         assert slurm(fleet, node)["drain"] is True and slurm(fleet, node)["reason"] == "gpufleet: XID_79 3", slurm(fleet, node)
         assert "s3cret-bmc" not in out2 and "wrong-password" not in out2
