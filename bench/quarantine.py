@@ -25,9 +25,18 @@ drains them with the real scontrol (gpufleet_slurm_bin_dir, SLURM_CONF), a job t
 bench cancels the job; the node is then resumed once it settled. With --slurm path the PATH's own scontrol is read
 (a Slurm of your own; job trials are not built for it: --job-every 0).
 
+The node end: with --nodes sim (default) simulated nodes, their watchers and node_exporters run here. With --nodes
+fleet (root) test-fleet nodes (tests/fleet: systemd-nspawn containers over SSH, ceil(trials / 8) of them): the
+gpu_monitoring and gpufleet_node_exporter roles install the watcher and Debian's node_exporter on each node under its
+own systemd, Prometheus scrapes the node's address, and the lifecycle playbook reaches the node over SSH (its RMA
+bundle runs the simulator's nvidia-bug-report.sh and nvidia-smi there, package gpufleet-sim). The XID line is a journal
+entry written on the node with `logger` (a container cannot write its kernel log; the watcher follows that entry's
+SYSLOG_IDENTIFIER instead of _TRANSPORT=kernel, real journald otherwise).
+
 Last line: `quarantine p95_s=<s> wrong_resumes=<n> repairs_during_jobs=<n>`. Goal: p95 <= 60 s, both counts 0.
 
 Usage: bench/quarantine.py [--trials 20] [--job-every 5] [--trial-timeout 180] [--slurm sim|real|path]
+                           [--nodes sim|fleet]
 """
 
 import argparse
@@ -49,9 +58,10 @@ sys.path.insert(0, str(REPO / "collections"))
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle  # noqa: E402
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, default_path  # noqa: E402
 from helpers import real_slurm  # noqa: E402
-from helpers.alert_path import SIM, AlertPath, Missing, scontrol_node  # noqa: E402
+from helpers.alert_path import SIM, AlertPath, FleetNode, Missing, scontrol_node  # noqa: E402
 
 GPUS = 8
+FLEET_DIR = Path(os.environ.get("GPUFLEET_BENCH_QUARANTINE_FLEET_DIR", "/var/tmp/gpufleet-bench-quarantine"))
 STAGES = ("textfile", "prometheus", "alertmanager", "playbook")
 
 
@@ -64,10 +74,9 @@ def api(port, path):
 
 
 def stages_reached(stack, name, gpu, pci):
-    """Which parts of the path hold the trial's XID now: the watcher's textfile, a firing alert in Prometheus, the
-    alert in Alertmanager, a playbook run started by the rulebook."""
-    prom_file = stack.nodes[name].metrics / "gpufleet_xid.prom"
-    text = prom_file.read_text() if prom_file.exists() else ""
+    """Which parts of the path hold the trial's XID now: the watcher's textfile (as node_exporter serves it), a firing
+    alert in Prometheus, the alert in Alertmanager, a playbook run started by the rulebook."""
+    text = stack.exporter_metrics(name)
     labels = {"alertname": "GpuXidCritical", "instance": "%s:9100" % name, "xid": "79", "gpu": str(gpu)}
 
     def ours(alert):
@@ -94,6 +103,8 @@ def main(argv=None):
     parser.add_argument("--job-every", type=int, default=5, help="every Nth trial runs with a job on the node (0: none)")
     parser.add_argument("--trial-timeout", type=float, default=180.0)
     parser.add_argument("--slurm", choices=("sim", "real", "path"), default="sim")
+    parser.add_argument("--nodes", choices=("sim", "fleet"), default="sim",
+                        help="simulated nodes here, or test-fleet nodes (root) with the watcher under their systemd")
     args = parser.parse_args(argv)
     if args.trials < 1 or args.job_every < 0:
         parser.error("--trials must be at least 1 and --job-every at least 0")
@@ -101,9 +112,22 @@ def main(argv=None):
         parser.error("--slurm path: job trials are not built for a Slurm of your own; pass --job-every 0")
     if args.slurm == "real" and real_slurm.unavailable():
         raise SystemExit("quarantine: --slurm real: %s" % real_slurm.unavailable())
+    if args.nodes == "fleet" and os.geteuid() != 0:
+        raise SystemExit("quarantine: --nodes fleet needs root (the test fleet's network namespaces and containers)")
 
     root = Path(tempfile.mkdtemp(prefix="gpufleet-bench-quarantine-"))
-    nodes = ["bq%02d" % (i + 1) for i in range(math.ceil(args.trials / GPUS))]
+    count = math.ceil(args.trials / GPUS)
+    fleet = None
+    if args.nodes == "fleet":
+        sys.path.insert(0, str(REPO / "tests" / "fleet"))
+        import alert_nodes
+        started = time.monotonic()
+        fleet = alert_nodes.up(FLEET_DIR, count, "gpbq", "10.213.19", root, FleetNode.IDENT)
+        print("test fleet up with the watcher and node_exporter in %.1f s: %s" % (
+            time.monotonic() - started, fleet.inventory_path))
+        nodes = [n.name for n in fleet.nodes]
+    else:
+        nodes = ["bq%02d" % (i + 1) for i in range(count)]
     slurm = real_slurm.RealSlurm(nodes=nodes, cpus=2, gpus=GPUS) if args.slurm == "real" else None
     started = time.monotonic()
     if slurm:
@@ -111,21 +135,24 @@ def main(argv=None):
         # The rulebook's playbook runs (children of the alert path's ansible-rulebook) read this Slurm's conf too.
         os.environ["SLURM_CONF"] = str(slurm.conf)
     env = dict(os.environ)
-    inventory_vars = {"gpufleet_lemon_quarantines": 0}
+    inventory_vars = dict(alert_nodes.inventory_vars() if fleet else {}, gpufleet_lemon_quarantines=0)
     if args.slurm == "sim":
         env["PATH"] = str(SIM / "bin") + os.pathsep + env["PATH"]
-        env["GPUFLEET_SIM_SLURM"] = str(root / "state" / "slurm")
+        # The simulated Slurm's state, here: the playbook's scontrol runs here too (delegated to localhost).
+        os.environ["GPUFLEET_SIM_SLURM"] = env["GPUFLEET_SIM_SLURM"] = str(root / "state" / "slurm")
     scontrol = shutil.which("scontrol", path=env["PATH"])
     if not scontrol:
         raise SystemExit("quarantine: no scontrol on PATH")
-    if args.slurm != "sim":  # the simulated nodes' PATH starts with the simulator's scontrol
+    if args.slurm != "sim" or fleet:  # the simulated nodes' PATH starts with the simulator's scontrol
         inventory_vars["gpufleet_slurm_bin_dir"] = str(Path(scontrol).parent)
     try:
-        stack = AlertPath(root, nodes, inventory_vars=inventory_vars)
+        stack = AlertPath(root, nodes, inventory_vars=inventory_vars, fleet=fleet)
         stack.start()
     except BaseException as exc:
         if slurm:
             slurm.close()
+        if fleet:
+            fleet.down()
         if isinstance(exc, Missing):
             raise SystemExit("quarantine: %s" % exc) from None
         raise
@@ -203,6 +230,10 @@ def main(argv=None):
         stack.close()
         if slurm:
             slurm.close()
+        if fleet:
+            problems = fleet.down()
+            if problems:
+                print("the test fleet's teardown: %s" % "; ".join(problems))
     measured = latencies + [math.inf] * len(failures)
     p95 = statistics.quantiles(measured, n=20, method="inclusive")[18] if len(measured) > 1 else measured[0]
     print("trials %d (%d with a job running), drained %d, not drained %d%s" % (

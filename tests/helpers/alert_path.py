@@ -1,6 +1,7 @@
 """The alert path with its real parts, for the integration test and bench/quarantine.py: per simulated node the XID
 watcher (the role's entry script, following the node's kernel log through the simulator's journalctl) and Debian's
-prometheus-node-exporter serving its textfile directory; one Prometheus scraping them every second and evaluating the
+prometheus-node-exporter serving its textfile directory, or test-fleet nodes (tests/fleet) whose own systemd runs the
+gpu_monitoring role's watcher and node_exporter (FleetNode); one Prometheus scraping them every second and evaluating the
 shipped alert rules; Debian's prometheus-alertmanager routing GpuXidCritical as docs/lifecycle.md says (its route and
 receiver are read from that page); ansible-rulebook (PyPI, Java 17 from Debian) running the shipped rulebook, whose
 playbook quarantines the node in the simulated fleet's Slurm. Everything runs as this user on 127.0.0.1 and is
@@ -9,6 +10,7 @@ stopped by close()."""
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -83,6 +85,7 @@ class SimNode:
 
     def __init__(self, root, name, state_root):
         self.name = name
+        self.exporter = None  # host:port, once start() spawned its node_exporter
         self.dir = root / name
         self.metrics = self.dir / "metrics"
         self.state = self.dir / "watcher-state"
@@ -108,16 +111,41 @@ class SimNode:
         return path
 
 
-class AlertPath:
-    """Start with start(); read with slurm_node() and playbook_runs(); stop with close() (also on a failed start)."""
+class FleetNode:
+    """A test-fleet node whose systemd runs the gpu_monitoring role's XID watcher and node_exporter (port 9100). A
+    container's kernel log cannot be written, so its watcher follows journal entries with SYSLOG_IDENTIFIER=IDENT (the
+    role's gpu_monitoring_journal_matches): real journald, real `journalctl -f`; only the transport differs."""
 
-    def __init__(self, root, nodes, inventory_vars=None):
+    IDENT = "gpufleet-xid-test"
+
+    def __init__(self, fleet, name, scenario_state, scenario="healthy_h100"):
+        self.name = name
+        self.fleet = fleet
+        self.exporter = "%s:9100" % fleet.node(name).ip
+        # The node's GPUs are the scenario's (its simulator, package gpufleet-sim, serves the same PCI addresses).
+        self.node = Node(env={"GPUFLEET_SIM_SCENARIO": str(SIM / "scenarios" / ("%s.json" % scenario)),
+                              "GPUFLEET_SIM_STATE": str(scenario_state / name), "GPUFLEET_SIM_NODE": name})
+
+    def xid(self, gpu, code, body):
+        pci = self.node.gpus[gpu]["pci_xid"]
+        line = "NVRM: Xid (PCI:%s): %d, pid='<unknown>', name=<unknown>, %s" % (pci, code, body)
+        self.fleet.ssh(self.name, "logger -t %s %s" % (self.IDENT, shlex.quote(line)))
+
+
+class AlertPath:
+    """Start with start(); read with slurm_node() and playbook_runs(); stop with close() (also on a failed start).
+    With `fleet` (a tests/fleet harness.Fleet whose nodes run the watcher and node_exporter), `nodes` are its nodes'
+    names and the rulebook's playbook reaches them over SSH with the fleet's inventory and `inventory_vars`."""
+
+    def __init__(self, root, nodes, inventory_vars=None, fleet=None):
         self.root = Path(root)
         self.bins = executables()
         self.java_home = java_home()
         self.state_root = self.root / "state"
         self.reports = self.root / "reports"
-        self.nodes = {name: SimNode(self.root, name, self.state_root) for name in nodes}
+        self.fleet = fleet
+        self.nodes = {name: FleetNode(fleet, name, self.root / "scenario") if fleet else
+                      SimNode(self.root, name, self.state_root) for name in nodes}
         self.ports = {name: free_port() for name in list(nodes) + ["prometheus", "alertmanager", "eda"]}
         self.procs = []
         self.started = []  # every process start() made, for a caller to check that close() ended them
@@ -128,6 +156,13 @@ class AlertPath:
     def _write_inventory(self, inventory_vars):
         inv = self.root / "inventory"
         inv.mkdir()
+        if self.fleet:  # the fleet's hosts with their SSH variables
+            hosts = yaml.safe_load(self.fleet.inventory_path.read_text())["all"]["hosts"]
+            doc = {"all": {"vars": dict(inventory_vars, gpufleet_report_dir=str(self.reports))},
+                   "gpufleet_nodes": {"hosts": {name: hosts[name] for name in self.nodes}}}
+            (inv / "hosts.yml").write_text(yaml.safe_dump(doc))
+            self.inventory = inv
+            return
         # ansible-rulebook copies the inventory into a directory of its own for each run: the simulator's root,
         # which inventories/sim finds next to the inventory, is given here.
         hosts = {name: {"gpufleet_sim_scenario": "healthy_h100", "gpufleet_sim_root": str(SIM)} for name in self.nodes}
@@ -157,13 +192,15 @@ class AlertPath:
         sim_env = dict(os.environ, GPUFLEET_LIB=str(REPO / "collections"), PYTHONDONTWRITEBYTECODE="1")
         targets = []
         for name, node in self.nodes.items():
-            self._spawn([sys.executable, str(WATCHER), "--config", str(node.watcher_config())],
-                        env=dict(sim_env, **node.env))
-            self._spawn([self.bins["prometheus-node-exporter"], "--collector.disable-defaults", "--collector.textfile",
-                         "--collector.textfile.directory=%s" % node.metrics,
-                         "--web.listen-address=127.0.0.1:%d" % self.ports[name]])
+            if not self.fleet:
+                self._spawn([sys.executable, str(WATCHER), "--config", str(node.watcher_config())],
+                            env=dict(sim_env, **node.env))
+                node.exporter = "127.0.0.1:%d" % self.ports[name]
+                self._spawn([self.bins["prometheus-node-exporter"], "--collector.disable-defaults",
+                             "--collector.textfile", "--collector.textfile.directory=%s" % node.metrics,
+                             "--web.listen-address=%s" % node.exporter])
             # instance: the node's name and the exporter's port, as a site's targets are (the rulebook strips it).
-            targets.append({"targets": ["127.0.0.1:%d" % self.ports[name]], "labels": {"instance": "%s:9100" % name}})
+            targets.append({"targets": [node.exporter], "labels": {"instance": "%s:9100" % name}})
         prom = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(RULES)],
                 "alerting": {"alertmanagers": [{"static_configs": [
                     {"targets": ["127.0.0.1:%d" % self.ports["alertmanager"]]}]}]},
@@ -205,6 +242,14 @@ class AlertPath:
     def _listening(port):
         with socket.socket() as s:
             return s.connect_ex(("127.0.0.1", port)) == 0
+
+    def exporter_metrics(self, name):
+        """What the node's node_exporter serves now ("" when it does not answer)."""
+        try:
+            with urllib.request.urlopen("http://%s/metrics" % self.nodes[name].exporter, timeout=5) as resp:
+                return resp.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def playbook_runs(self):
         """How many playbook runs the rulebook has finished."""
