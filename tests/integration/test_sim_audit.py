@@ -59,11 +59,12 @@ def test_the_slow_ecc_leak_is_caught_as_a_trend_before_its_first_uncorrectable_e
     inv = inventory(tmp_path, hosts)
     first_trend = first_uncorrectable = None
     seen = {}
-    # An audit every other night over 26 days (a schedule that skips nights, as real ones do, and half the runs): the
-    # GPU and XID reading only (no diag, environment or storage, which this test is not about).
+    # An audit every third night over 26 days (a schedule that skips nights, as real ones do, and a third of the runs;
+    # the trend shows on day 9, the first uncorrectable error on day 24): the GPU and XID reading only (no diag,
+    # environment or storage, which this test is not about).
     nightly = {"gpufleet_fail_on": "never", "gpufleet_audit_dcgm_enabled": False, "gpufleet_audit_env_enabled": False,
                "gpufleet_checkpoint_path": ""}
-    days = range(0, 26, 2)
+    days = range(0, 26, 3)
     for day in days:
         set_clock(tmp_path, hosts, day)
         rc, output, report = run_playbook("audit", tmp_path, inventory=str(inv), extra=nightly)
