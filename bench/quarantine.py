@@ -143,7 +143,8 @@ def main(argv=None):
     scontrol = shutil.which("scontrol", path=env["PATH"])
     if not scontrol:
         raise SystemExit("quarantine: no scontrol on PATH")
-    if args.slurm != "sim" or fleet:  # the simulated nodes' PATH starts with the simulator's scontrol
+    # The simulated nodes' PATH starts with the simulator's scontrol; a fleet node's PATH is the node's.
+    if args.slurm != "sim" or fleet:
         inventory_vars["gpufleet_slurm_bin_dir"] = str(Path(scontrol).parent)
     try:
         stack = AlertPath(root, nodes, inventory_vars=inventory_vars, fleet=fleet)

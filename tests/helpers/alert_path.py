@@ -1,11 +1,11 @@
-"""The alert path with its real parts, for the integration test and bench/quarantine.py: per simulated node the XID
-watcher (the role's entry script, following the node's kernel log through the simulator's journalctl) and Debian's
-prometheus-node-exporter serving its textfile directory, or test-fleet nodes (tests/fleet) whose own systemd runs the
-gpu_monitoring role's watcher and node_exporter (FleetNode); one Prometheus scraping them every second and evaluating the
-shipped alert rules; Debian's prometheus-alertmanager routing GpuXidCritical as docs/lifecycle.md says (its route and
-receiver are read from that page); ansible-rulebook (PyPI, Java 17 from Debian) running the shipped rulebook, whose
-playbook quarantines the node in the simulated fleet's Slurm. Everything runs as this user on 127.0.0.1 and is
-stopped by close()."""
+"""The alert path with its real parts, for the integration test, a fleet test and bench/quarantine.py: per simulated
+node the XID watcher (the role's entry script, following the node's kernel log through the simulator's journalctl)
+and Debian's prometheus-node-exporter serving its textfile directory, or test-fleet nodes whose own systemd runs both
+(FleetNode); one Prometheus scraping them every second and evaluating the shipped alert rules; Debian's
+prometheus-alertmanager routing GpuXidCritical as docs/lifecycle.md says (its route and receiver are read from that
+page); ansible-rulebook (PyPI, Java 17 from Debian) running the shipped rulebook, whose playbook quarantines the node
+in the simulated fleet's Slurm. Everything here runs as this user on 127.0.0.1 (Prometheus scrapes a fleet node at its
+address) and is stopped by close()."""
 
 import json
 import os
