@@ -75,7 +75,7 @@ def _history(node, markup):
     chart = render_svg.line_chart(hist.get("ecc_per_day") or {}, "Corrected ECC errors per day (history)",
                                   "/day", "days before this run", labels=labels)
     return {"ecc_chart": markup(chart) if chart else None, "ecc_note": None if chart else _no_curve(node),
-            "previous": hist.get("previous"), "changes": hist.get("changes") or []}
+            "previous": hist.get("previous"), "changes": hist.get("changes") or [], "lifecycle": hist.get("lifecycle")}
 
 
 def _no_curve(node):

@@ -17,6 +17,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_base
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import rank, worst
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_trend import DAY_S
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.records import node_record
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import ident_of
 
@@ -247,9 +248,25 @@ def annotate(nodes, data, history, run_ts, playbook, reset_baselines=False):
                 "compared": len(base_in["figures"]), "recorded": len(rec["baselines"])})
         previous, changes = changes_since(history, node, rec, playbook)
         node["history"] = {"previous": previous, "changes": changes[:200], "time": iso(rec["ts"]),
-                           "ecc_per_day": ecc_series(history, rec, trend_in) if rec["reachable"] else {}}
+                           "ecc_per_day": ecc_series(history, rec, trend_in) if rec["reachable"] else {},
+                           "lifecycle": lifecycle_view(history, host)}
         _refresh(rec, node)
     return list(records.values())
+
+
+LIFECYCLE_SHOWN = 10
+
+
+def lifecycle_view(history, host):
+    """The node's lifecycle as the history held it when this run was judged: its state (history/lifecycle.py decides
+    it), since when, and its newest transitions; None when it has none. A quarantine this run makes is recorded after
+    the report, which names it in its `quarantine` section."""
+    rows = history.lifecycle_of(host) if history is not None else []
+    if not rows:
+        return None
+    return {"state": lifecycle.state_of(rows), "since": iso(rows[-1]["ts"]), "transitions": [
+        {"time": iso(r["ts"]), "from": r["from_state"], "to": r["to_state"], "actor": r["actor"],
+         "reason": r["reason"], "code": r["code"], "gpu": r["gpu"]} for r in rows[-LIFECYCLE_SHOWN:]]}
 
 
 def _refresh(rec, node):

@@ -96,3 +96,29 @@ def test_the_card_never_says_no_ecc_errors_beside_ecc_findings():
     assert "This run&#39;s ECC findings are below: ECC_" in card
     other = html.split('data-history-host="%s"' % healthy["host"], 1)[1].split("</div>", 1)[0]
     assert "No rise of corrected ECC between this node&#39;s readings" in other
+
+
+def test_the_report_shows_the_nodes_lifecycle_as_the_history_held_it(tmp_path):
+    """A node quarantined by an alert and returned by a preflight before this run: its card says so, with the newest
+    transitions and the reason escaped; a node with no lifecycle has none."""
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import lifecycle
+
+    data = sample_fleet.hosts()
+    nodes = report.evaluate_fleet(list(data), data, sample_fleet.in_play())
+    ts = 1.8e9
+    with History(tmp_path / FILE_NAME) as history:
+        lifecycle.transition(history, "sim-node02", "quarantined", "XID 79 <riser>", "alert", code="XID_79", gpu="3",
+                             now=ts)
+        lifecycle.transition(history, "sim-node02", "validating", "preflight after a reseat", "operator:ana",
+                             now=ts + 60)
+        history_rules.annotate(nodes, data, history, ts + 3600, "burn_in")
+    life = next(n for n in nodes if n["host"] == "sim-node02")["history"]["lifecycle"]
+    assert life["state"] == "validating" and life["since"] == history_rules.iso(ts + 60), life
+    assert [(t["from"], t["to"], t["actor"], t["code"], t["gpu"]) for t in life["transitions"]] == [
+        ("healthy", "quarantined", "alert", "XID_79", "3"), ("quarantined", "validating", "operator:ana", None, None)]
+    assert next(n for n in nodes if n["host"] == "sim-node01")["history"]["lifecycle"] is None
+    doc = report.build_report(nodes, "lifecycle-view", playbook="burn_in")
+    report.validate_report(doc)
+    html = render_html.render(doc)
+    assert 'data-lifecycle="validating"' in html and "XID 79 &lt;riser&gt;" in html and "<riser>" not in html
+    assert html.count("data-lifecycle=") == 1
