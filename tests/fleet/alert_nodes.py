@@ -3,16 +3,13 @@ systemd, Debian's prometheus-node-exporter and the gpu_monitoring role's XID wat
 real apt from the fleet's local repository), with the simulator's GPU tools (package gpufleet-sim) for the watcher's
 GPU inventory and the lifecycle's RMA bundle. Used by bench/quarantine.py --nodes fleet and its fleet test."""
 
-import json
 import shutil
 
 import aptrepo
 import harness
-from fleet_ansible import INSTALL_SIM, NODE_PATH, SIM_VARS, PlaybookRun
+from fleet_ansible import INSTALL_SIM, NODE_SIM_ROOT, NODE_SIM_STATE_ROOT, NODE_SIM_VARS, PlaybookRun
 
 SCENARIO = "healthy_h100"
-SIM_ROOT = "/usr/lib/gpufleet-sim"
-SIM_STATE_ROOT = "/var/lib/gpufleet-sim"
 # The watcher's nvidia-smi: the simulator's, with the node's simulator variables (the watcher's unit has no
 # environment of its own; gpu_monitoring_nvidia_smi names one executable).
 NVIDIA_SMI = "/usr/local/sbin/gpufleet-sim-nvidia-smi"
@@ -48,9 +45,7 @@ INSTALL = INSTALL_SIM + """
 
 def inventory_vars():
     """The variables that point the lifecycle's playbook at the simulator's tools on a node of this fleet."""
-    return dict(SIM_VARS, gpufleet_sim_root=SIM_ROOT, gpufleet_sim_state_root=SIM_STATE_ROOT,
-                gpufleet_sim_base_path=NODE_PATH, gpufleet_sim_scenario=SCENARIO,
-                gpufleet_slurm_node_name="{{ inventory_hostname }}")
+    return dict(NODE_SIM_VARS, gpufleet_sim_scenario=SCENARIO, gpufleet_slurm_node_name="{{ inventory_hostname }}")
 
 
 def up(fleet_dir, nodes, prefix, subnet, work, ident, timeout_s=600):
@@ -64,12 +59,11 @@ def up(fleet_dir, nodes, prefix, subnet, work, ident, timeout_s=600):
     fleet.up(base=base)
     try:
         fleet.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
-        play = INSTALL.format(ident=ident, nvidia_smi=NVIDIA_SMI, sim_root=SIM_ROOT, state_root=SIM_STATE_ROOT,
-                              scenario=SCENARIO)
+        play = INSTALL.format(ident=ident, nvidia_smi=NVIDIA_SMI, sim_root=NODE_SIM_ROOT,
+                              state_root=NODE_SIM_STATE_ROOT, scenario=SCENARIO)
         run = PlaybookRun(fleet, play, tmp_path=work).wait(timeout_s)
         if run.proc.returncode != 0:
             raise RuntimeError("installing the watcher on the fleet failed:\n%s" % run.output[-4000:])
-        (work / "install-recap.json").write_text(json.dumps(run.recap))
     except BaseException:
         fleet.down()
         raise

@@ -43,6 +43,11 @@ SIM_VARS = {
     "gpufleet_checkpoint_write_test_mb": 64,
     "gpufleet_checkpoint_mounts_file": "{{ gpufleet_sim_state_root }}/{{ inventory_hostname }}/mounts",
 }
+# Where package gpufleet-sim puts the simulator on a node, and its state there: SIM_VARS for nodes reached over SSH.
+NODE_SIM_ROOT = "/usr/lib/gpufleet-sim"
+NODE_SIM_STATE_ROOT = "/var/lib/gpufleet-sim"
+NODE_SIM_VARS = dict(SIM_VARS, gpufleet_sim_root=NODE_SIM_ROOT, gpufleet_sim_state_root=NODE_SIM_STATE_ROOT,
+                     gpufleet_sim_base_path=NODE_PATH)
 
 
 def ansible_env(extra=None):

@@ -71,5 +71,5 @@ def test_an_xid_79_on_a_node_drains_it_through_the_alert_path_with_its_bundle(al
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["host"] == node
     sources = {f["name"]: f["source"] for f in manifest["files"]}
-    assert sources["nvidia-smi-q.xml"][0] == alert_nodes.SIM_ROOT + "/bin/nvidia-smi", sources
+    assert sources["nvidia-smi-q.xml"][0] == alert_nodes.NODE_SIM_ROOT + "/bin/nvidia-smi", sources
     assert "nvidia-bug-report.log.gz" in sources, sources

@@ -13,7 +13,7 @@ import time
 import harness
 import jsonschema
 import pytest
-from fleet_ansible import ANSIBLE_BIN, INSTALL_SIM, NODE_PATH, REPO, SIM_VARS, PlaybookRun, ansible_env
+from fleet_ansible import ANSIBLE_BIN, INSTALL_SIM, NODE_SIM_VARS, REPO, SIM_VARS, PlaybookRun, ansible_env
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(420)]
 
@@ -36,9 +36,7 @@ def burn_in_setup(fleet, tmp_path_factory):
     install = PlaybookRun(fleet, INSTALL_SIM, tmp_path=tmp).wait(180)
     assert install.proc.returncode == 0, install.output[-3000:]
     scen = {n.name: {"gpufleet_sim_scenario": s} for n, s in zip(fleet.nodes, SCENARIOS, strict=True)}
-    ssh_inv = _write_inventory(tmp / "ssh_vars.yml", scen, dict(
-        SIM_VARS, gpufleet_sim_root="/usr/lib/gpufleet-sim", gpufleet_sim_state_root="/var/lib/gpufleet-sim",
-        gpufleet_sim_base_path=NODE_PATH))
+    ssh_inv = _write_inventory(tmp / "ssh_vars.yml", scen, NODE_SIM_VARS)
     local_inv = _write_inventory(tmp / "local.yml", scen, dict(
         SIM_VARS, gpufleet_sim_root=str(REPO / "sim"), gpufleet_sim_state_root=str(tmp / "local-state"),
         gpufleet_sim_base_path=os.environ["PATH"], ansible_connection="local",

@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from fleet_ansible import INSTALL_SIM, NODE_PATH, REPO, SIM_VARS, PlaybookRun
+from fleet_ansible import INSTALL_SIM, NODE_SIM_VARS, REPO, PlaybookRun
 from helpers.lifecycle_runs import lifecycle_args, rows
 
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(600)]
@@ -28,8 +28,7 @@ def sim_nodes(fleet, tmp_path_factory):
     - kentino.gpufleet.training_env
 """, tmp_path=tmp).wait(240)
     assert install.proc.returncode == 0, install.output[-3000:]
-    group_vars = dict(SIM_VARS, gpufleet_sim_root="/usr/lib/gpufleet-sim", gpufleet_sim_state_root="/var/lib/gpufleet-sim",
-                      gpufleet_sim_base_path=NODE_PATH, gpufleet_sim_scenario="healthy_h100")
+    group_vars = dict(NODE_SIM_VARS, gpufleet_sim_scenario="healthy_h100")
     inv = tmp / "sim_vars.yml"
     inv.write_text(json.dumps({"gpufleet_nodes": {"hosts": {n.name: {} for n in fleet.nodes}, "vars": group_vars}}))
     return {"tmp": tmp, "inventories": [fleet.inventory_path, inv]}
