@@ -153,11 +153,13 @@ def _ours(job):
 
 
 def _group_alive(pgid):
+    """True while a process of the group runs. A group of zombies only is not alive: an async job's process stays a
+    zombie until its wrapper's next poll (up to 5 s) reaps it, and waiting for that would cost every run's end."""
     try:
         os.killpg(pgid, 0)
-        return True
     except OSError:
         return False
+    return bool(_group_pids(pgid))
 
 
 def recorded_jobs(state_dir, except_run_id=None):
@@ -222,6 +224,10 @@ def stop_leftovers(state_dir, keep=lambda run_id: False, dry_run=False, grace_s=
                 stop = job["module_pgid"] in stopped_modules
                 if stop and not dry_run:
                     _wait_gone(job["pgid"], wrapper_wait_s)
+            elif stop and job["kind"] == "async_wrapper" and job["member"] is not None:
+                # The module ran in the wrapper's own group (it recorded itself before the watcher moved it): when
+                # only the watcher is left there, the module ended on its own, and the watcher ends by itself too.
+                stop = bool(_group_pids(job["pgid"]) - {int(job["member"])})
             if stop and not dry_run:
                 _kill(job["pgid"], grace_s)
             if stop and job["kind"] == "module":
@@ -241,6 +247,21 @@ def describe_stopped(stopped):
     return "%d process group(s) stopped: %s" % (len(killed), ", ".join(
         "%s %s [%s]" % ((s.get("kind") or "tool").replace("_", " "), os.path.basename(str((s.get("argv") or ["?"])[0])),
                         s.get("pgid")) for s in killed))
+
+
+def _group_pids(pgid):
+    """The pids of the live processes (not zombies) in process group pgid, from /proc."""
+    pids = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name) as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                    pids.add(int(name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return pids
 
 
 def _wait_gone(pgid, wait_s):

@@ -115,3 +115,47 @@ def test_the_wrapper_of_a_module_that_ended_on_its_own_is_left_to_end(tmp_path):
 def _start(pid):
     with open("/proc/%d/stat" % pid) as fh:
         return int(fh.read().rsplit(")", 1)[1].split()[19])
+
+
+def test_a_finished_module_that_shared_its_wrappers_group_leaves_the_wrapper_to_end(tmp_path):
+    # The module recorded itself before the watcher moved the job into a group of its own: one record, the wrapper's.
+    # At the run's end only the watcher is left in that group: the module ended on its own, nothing is killed or
+    # waited for. While another process of the group still runs (the module), the group is stopped.
+    state = tmp_path / "state"
+    lease = Lease(str(state), "run-3", 180)
+    lease.touch()
+    watcher = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        lease.record(watcher.pid, ["nccl_test"], kind="async_wrapper", member=watcher.pid,
+                     member_start=_start(watcher.pid))
+        started = time.monotonic()
+        stopped = stop_leftovers(str(state), grace_s=1.0)
+        assert stopped == [{"run_id": "run-3", "pgid": watcher.pid, "argv": ["nccl_test"], "kind": "async_wrapper",
+                            "killed": False}]
+        assert watcher.poll() is None and time.monotonic() - started < 2
+    finally:
+        watcher.kill()
+        watcher.wait()
+    # The watcher (the leader) and a module still running in its group.
+    leader = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; exec sleep 30"], start_new_session=True,
+                              stdout=subprocess.PIPE, text=True)
+    module = int(leader.stdout.readline())
+    try:
+        lease = Lease(str(state), "run-4", 180)
+        lease.touch()
+        lease.record(leader.pid, ["nccl_test"], kind="async_wrapper", member=leader.pid,
+                     member_start=_start(leader.pid))
+        stopped = stop_leftovers(str(state), grace_s=1.0)
+        assert [s["killed"] for s in stopped] == [True]
+        assert leader.wait(timeout=10) is not None and _gone(module)
+    finally:
+        leader.kill()
+        leader.wait()
+
+
+def _gone(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
