@@ -5,7 +5,10 @@ One run: the XID watcher (its entry script, file source, default read and write 
 this script appends syslog-style lines: a steady phase (2,000 lines/s with an XID line every 0.5 s) and a burst (10,000
 noise lines at once, then an XID line). Every XID line names a new PCI address, so the moment the textfile holds its
 series is the moment the watcher counted it. Printed: p50/p99 of write -> textfile delay, the watcher's CPU seconds per
-1,000 lines (after its start) and peak RSS, and grep's CPU seconds per 1,000 lines over the same file.
+1,000 lines (after its start) and peak RSS, and grep's CPU seconds per 1,000 lines over the same file. Beside the
+watcher, `tail -F | grep --line-buffered NVRM` follows the same file through the same run: what following costs when
+C tools do it (a wake-up and a read per write to the log), against which one grep pass over the finished file is a
+floor no follower reaches.
 Last line: `xid_latency p50_s=<x> p99_s=<y> cpu_s_per_1k=<z>`. Goal: p99 under 5 s, CPU within 3x of grep.
 
 Usage: bench/xid_latency.py [--steady-seconds 10] [--rate 2000] [--burst 10000]
@@ -107,6 +110,11 @@ def main(argv=None):
     prom = root / "m" / "gpufleet_xid.prom"
     proc = subprocess.Popen([sys.executable, str(WATCHER), "--config", str(config)], stderr=subprocess.DEVNULL,
                             env=dict(os.environ, GPUFLEET_LIB=str(REPO / "collections")))
+    # The same following done by C tools: tail -F (inotify) piped into grep, over the same lines at the same moments.
+    tail = subprocess.Popen(["tail", "-n", "0", "-F", str(log)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    grep_follow = subprocess.Popen(["grep", "--line-buffered", "-F", "NVRM"], stdin=tail.stdout,
+                                   stdout=subprocess.DEVNULL)
+    tail.stdout.close()
     try:
         deadline = time.monotonic() + 30
         while not prom.exists() and time.monotonic() < deadline:
@@ -116,6 +124,7 @@ def main(argv=None):
         seen = Seen(prom)
         seen.start()
         cpu0 = cpu_seconds(proc.pid)
+        follow0 = cpu_seconds(tail.pid) + cpu_seconds(grep_follow.pid)
         written = {}  # pci -> monotonic time of its write
         bus = 1
         lines = 0
@@ -151,11 +160,13 @@ def main(argv=None):
             time.sleep(0.05)
         time.sleep(0.5)
         cpu = cpu_seconds(proc.pid) - cpu0
+        follow_cpu = cpu_seconds(tail.pid) + cpu_seconds(grep_follow.pid) - follow0
         rss = peak_rss_mib(proc.pid)
         seen.stop = True
     finally:
-        proc.terminate()
-        proc.wait(30)
+        for p in (proc, tail, grep_follow):
+            p.terminate()
+            p.wait(30)
     missing = sorted(set(written) - set(seen.first))
     delays = [seen.first[p] - t for p, t in written.items() if p in seen.first]
     total_lines = lines + 1
@@ -195,6 +206,8 @@ def main(argv=None):
           "included; mean of %d passes)" % (grep_per_1k, grep_burst_per_1k, runs))
     print("ratio watcher/grep      whole run %.1fx, burst %.1fx (goal: within 3x); p99 goal: under 5 s"
           % (ratio(per_1k, grep_per_1k), ratio(burst_per_1k, grep_burst_per_1k)))
+    print("tail -F | grep CPU      %.5f s per 1,000 lines over the whole run (the same following in C); watcher/that "
+          "%.1fx" % (follow_cpu / total_lines * 1000, ratio(cpu, follow_cpu)))
     print("xid_latency p50_s=%.3f p99_s=%.3f cpu_s_per_1k=%.5f" % (percentile(delays, 0.5), percentile(delays, 0.99),
                                                                    per_1k))
     return 1 if missing else 0
