@@ -1,4 +1,4 @@
-#!/usr/bin/env -S python3 -S
+#!/usr/bin/env python3
 """gpufleet-sim stand-in for nvidia-bug-report.sh (see sim/README.md). Works from the repo or installed with links elsewhere."""
 import os
 import sys
