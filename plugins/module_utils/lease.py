@@ -90,13 +90,21 @@ class Lease:
         return recorded
 
 
-def _proc_stat(pid):
-    """(ppid, pgid, session) of a process from /proc/<pid>/stat, or None when it is gone."""
+def _stat_fields(pid):
+    """The fields of /proc/<pid>/stat after the command name (state first), or None when the process is gone."""
     try:
         with open("/proc/%d/stat" % pid) as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _proc_stat(pid):
+    """(ppid, pgid, session) of a process from /proc/<pid>/stat, or None when it is gone."""
+    fields = _stat_fields(pid)
+    try:
         return int(fields[1]), int(fields[2]), int(fields[3])
-    except (OSError, IndexError, ValueError):
+    except (TypeError, IndexError, ValueError):
         return None
 
 
@@ -133,10 +141,10 @@ def async_job_groups(pid=None):
 
 def _start_time(pid):
     """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22), or None when it is gone."""
+    fields = _stat_fields(pid)
     try:
-        with open("/proc/%d/stat" % pid) as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(fields[19])
+    except (TypeError, IndexError, ValueError):
         return None
 
 
@@ -253,14 +261,9 @@ def _group_pids(pgid):
     """The pids of the live processes (not zombies) in process group pgid, from /proc."""
     pids = set()
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open("/proc/%s/stat" % name) as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                    pids.add(int(name))
-            except (OSError, IndexError, ValueError):
-                continue
+        fields = _stat_fields(int(name)) if name.isdigit() else None
+        if fields and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            pids.add(int(name))
     return pids
 
 

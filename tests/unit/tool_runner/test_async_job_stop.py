@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import ansible.modules
+import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease, async_job_groups, stop_leftovers
 
 REPO = Path(__file__).resolve().parents[3]
@@ -93,15 +94,19 @@ def test_stopping_a_run_stops_its_async_modules_and_their_wrappers(tmp_path):
     assert not (state / "runs" / "run-1").exists()
 
 
-def test_the_wrapper_of_a_module_that_ended_on_its_own_is_left_to_end(tmp_path):
+@pytest.mark.parametrize("module_pgid", [2 ** 22 + 7, None], ids=["own-group", "shared-group"])
+def test_the_wrapper_of_a_module_that_ended_on_its_own_is_left_to_end(tmp_path, module_pgid):
     # A finished run's cleanup: the module is done, its wrapper is in its last poll; nothing is killed or waited for.
+    # shared-group: the module recorded itself before the watcher moved the job into a group of its own (one record,
+    # the wrapper's, without module_pgid); only the watcher is left in that group.
     state = tmp_path / "state"
     lease = Lease(str(state), "run-2", 180)
     lease.touch()
     watcher = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        lease.record(watcher.pid, ["nccl_test"], kind="async_wrapper", module_pgid=2 ** 22 + 7,
-                     member=watcher.pid, member_start=_start(watcher.pid))
+        extra = {"module_pgid": module_pgid} if module_pgid is not None else {}
+        lease.record(watcher.pid, ["nccl_test"], kind="async_wrapper", member=watcher.pid,
+                     member_start=_start(watcher.pid), **extra)
         started = time.monotonic()
         stopped = stop_leftovers(str(state), grace_s=1.0)
         assert stopped == [{"run_id": "run-2", "pgid": watcher.pid, "argv": ["nccl_test"], "kind": "async_wrapper",
@@ -117,26 +122,9 @@ def _start(pid):
         return int(fh.read().rsplit(")", 1)[1].split()[19])
 
 
-def test_a_finished_module_that_shared_its_wrappers_group_leaves_the_wrapper_to_end(tmp_path):
-    # The module recorded itself before the watcher moved the job into a group of its own: one record, the wrapper's.
-    # At the run's end only the watcher is left in that group: the module ended on its own, nothing is killed or
-    # waited for. While another process of the group still runs (the module), the group is stopped.
+def test_a_module_still_running_in_its_wrappers_group_is_stopped_with_it(tmp_path):
+    # The shared-group record as above, but the module still runs beside the watcher (the leader): the group is stopped.
     state = tmp_path / "state"
-    lease = Lease(str(state), "run-3", 180)
-    lease.touch()
-    watcher = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    try:
-        lease.record(watcher.pid, ["nccl_test"], kind="async_wrapper", member=watcher.pid,
-                     member_start=_start(watcher.pid))
-        started = time.monotonic()
-        stopped = stop_leftovers(str(state), grace_s=1.0)
-        assert stopped == [{"run_id": "run-3", "pgid": watcher.pid, "argv": ["nccl_test"], "kind": "async_wrapper",
-                            "killed": False}]
-        assert watcher.poll() is None and time.monotonic() - started < 2
-    finally:
-        watcher.kill()
-        watcher.wait()
-    # The watcher (the leader) and a module still running in its group.
     leader = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; exec sleep 30"], start_new_session=True,
                               stdout=subprocess.PIPE, text=True)
     module = int(leader.stdout.readline())
