@@ -6,6 +6,10 @@ BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_INJECT_FACT_VARS := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# Python keeps compiled modules in __pycache__ (gitignored; never in the built collection). A test run starts
+# thousands of Python processes on the same sources: where the environment sets PYTHONDONTWRITEBYTECODE, every one of
+# them would compile them again (the simulator's stand-ins, the collection's plugins, pytest's rewritten tests).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: system-deps venv torch-venv min-venv test test-min lint sanity unit integration test-fleet test-stress demo demo-loop bench \
   bench-audit clean
