@@ -1,10 +1,22 @@
 """Started with every Python process of a simulated node (the sim inventory puts this directory on the nodes'
-PYTHONPATH, nothing else does): the node's checkpoint drive runs at its scenario's speed (gpufleet_sim/drive.py)."""
+PYTHONPATH, nothing else does): the node's checkpoint drive runs at its scenario's speed (gpufleet_sim/drive.py), and
+its module runs reuse what they compiled before (gpufleet_sim/module_code_cache.py)."""
 import os
 import sys
 
-if os.environ.get("GPUFLEET_SIM_STATE") and os.environ.get("GPUFLEET_SIM_SCENARIO"):
+# The node's module runs reuse the code compiled from their Ansible payloads (gpufleet_sim/module_code_cache.py): one
+# cache for the nodes of a run, beside their state directories.
+if os.environ.get("GPUFLEET_SIM_STATE"):
     sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        from gpufleet_sim import module_code_cache
+
+        module_code_cache.install(os.path.join(os.path.dirname(os.path.abspath(os.environ["GPUFLEET_SIM_STATE"])),
+                                               ".module-code"))
+    except Exception as exc:  # compiling as usual is always possible
+        sys.stderr.write("gpufleet-sim: module code cache off: %s\n" % exc)
+
+if os.environ.get("GPUFLEET_SIM_STATE") and os.environ.get("GPUFLEET_SIM_SCENARIO"):
     try:
         from gpufleet_sim import drive
 
@@ -16,7 +28,6 @@ if os.environ.get("GPUFLEET_SIM_STATE") and os.environ.get("GPUFLEET_SIM_SCENARI
 # first reader (the fabric playbook reads every node's HCAs before any stand-in has run there).
 if os.environ.get("GPUFLEET_SIM_STATE") and os.environ.get("GPUFLEET_SIM_FABRIC") and os.environ.get("GPUFLEET_SIM_NODE") \
         and not os.path.isdir(os.path.join(os.environ["GPUFLEET_SIM_STATE"], "sysfs", "class", "infiniband")):
-    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         from gpufleet_sim import ib_fabric
 
