@@ -4,8 +4,7 @@ its module runs reuse what they compiled before (gpufleet_sim/module_code_cache.
 import os
 import sys
 
-# The node's module runs reuse the code compiled from their Ansible payloads (gpufleet_sim/module_code_cache.py): one
-# cache for the nodes of a run, beside their state directories.
+# One module code cache for the nodes of a run, beside their state directories.
 if os.environ.get("GPUFLEET_SIM_STATE"):
     sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
