@@ -86,6 +86,11 @@ class Lease:
                 extra.update(member=member, member_start=_start_time(member))
             if kind == "async_wrapper" and groups[0][0] == "module":
                 extra["module_pgid"] = groups[0][1]
+            elif kind == "async_wrapper":
+                # The module started before the watcher moved its parent (the process that waits for it and writes
+                # its result) into a group of its own, numbered by that process: stopping the job stops it there.
+                runner = os.getppid()
+                extra.update(runner=runner, runner_start=_start_time(runner))
             recorded.append(self.record(pgid, [module_name.rsplit(".", 1)[-1]], kind=kind, **extra))
         return recorded
 
@@ -192,7 +197,8 @@ def recorded_jobs(state_dir, except_run_id=None):
                 continue
             entry = {"run_id": run_id, "pgid": pgid, "argv": job.get("argv"), "leader_start": job.get("leader_start"),
                      "kind": job.get("kind") or "tool", "module_pgid": job.get("module_pgid"),
-                     "member": job.get("member"), "member_start": job.get("member_start")}
+                     "member": job.get("member"), "member_start": job.get("member_start"),
+                     "runner": job.get("runner"), "runner_start": job.get("runner_start")}
             entry["alive"] = _group_alive(pgid) and _ours(entry)
             out.append(entry)
     return out
@@ -238,6 +244,7 @@ def stop_leftovers(state_dir, keep=lambda run_id: False, dry_run=False, grace_s=
                 stop = bool(_group_pids(job["pgid"]) - {int(job["member"])})
             if stop and not dry_run:
                 _kill(job["pgid"], grace_s)
+                _kill_runner(job, grace_s)
             if stop and job["kind"] == "module":
                 stopped_modules.add(job["pgid"])
             out.append({"run_id": run_id, "pgid": job["pgid"], "argv": job["argv"], "kind": job["kind"],
@@ -255,6 +262,14 @@ def describe_stopped(stopped):
     return "%d process group(s) stopped: %s" % (len(killed), ", ".join(
         "%s %s [%s]" % ((s.get("kind") or "tool").replace("_", " "), os.path.basename(str((s.get("argv") or ["?"])[0])),
                         s.get("pgid")) for s in killed))
+
+
+def _kill_runner(job, grace_s):
+    """The group of a shared-group job's runner (recorded with the wrapper), when it is still that runner's."""
+    runner = job.get("runner")
+    if isinstance(runner, int) and runner > 1 and job.get("runner_start") is not None \
+            and _start_time(runner) == job["runner_start"] and _group_alive(runner):
+        _kill(runner, grace_s)
 
 
 def _group_pids(pgid):

@@ -94,6 +94,32 @@ def test_stopping_a_run_stops_its_async_modules_and_their_wrappers(tmp_path):
     assert not (state / "runs" / "run-1").exists()
 
 
+def test_a_module_that_started_before_its_runner_was_moved_is_stopped_with_the_runner(tmp_path):
+    # The race of the test above, laid out for certain: the watcher and the module in the wrapper's group, the runner
+    # (the module's parent, which waits for it and writes its result) already in a group of its own, as async_wrapper's
+    # setpgid(runner, runner) leaves them when the module started first. The module records the runner's group
+    # (Lease.record_async_job); stopping the run stops all three.
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import _start_time
+
+    watcher = subprocess.Popen(["sleep", "600"], process_group=0)
+    module = subprocess.Popen(["sleep", "600"], process_group=watcher.pid)
+    runner = subprocess.Popen(["sleep", "600"], process_group=0)
+    procs = (watcher, module, runner)
+    try:
+        lease = Lease(str(tmp_path / "state"), "run-1", 180)
+        lease.touch()
+        lease.record(watcher.pid, ["gpu_sample"], kind="async_wrapper", member=watcher.pid,
+                     member_start=_start_time(watcher.pid), runner=runner.pid, runner_start=_start_time(runner.pid))
+        stopped = stop_leftovers(str(tmp_path / "state"), grace_s=2.0)
+        assert [(s["kind"], s["killed"]) for s in stopped] == [("async_wrapper", True)], stopped
+        assert [p.wait(5) for p in procs] == [-15, -15, -15]  # SIGTERM, each of them
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @pytest.mark.parametrize("module_pgid", [2 ** 22 + 7, None], ids=["own-group", "shared-group"])
 def test_the_wrapper_of_a_module_that_ended_on_its_own_is_left_to_end(tmp_path, module_pgid):
     # A finished run's cleanup: the module is done, its wrapper is in its last poll; nothing is killed or waited for.
