@@ -60,6 +60,17 @@ def test_a_payload_compiled_once_runs_from_the_cache_with_this_runs_paths(tmp_pa
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # read, not written again
 
 
+def test_resetting_every_node_of_the_root_leaves_the_cache_alone(tmp_path):
+    run_probe(tmp_path, payload(tmp_path, 1, "one"))
+    node = tmp_path / "state" / "node01"
+    node.mkdir()
+    (node / "node.json").write_text("{}")  # what a stand-in leaves in a node's state directory
+    proc = subprocess.run([sys.executable, str(REPO / "sim" / "reset"), "--root", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (0, "", "reset %s\n" % node)
+    assert len(cache_files(tmp_path)) == 2
+
+
 def test_a_changed_source_is_compiled_again_and_a_damaged_entry_is_replaced(tmp_path):
     run_probe(tmp_path, payload(tmp_path, 1, "one"))
     before = set(cache_files(tmp_path))
