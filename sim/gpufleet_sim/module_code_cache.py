@@ -8,6 +8,7 @@ a simulated node; only sources from an AnsiballZ payload (`*_payload.zip`) are c
 and its path in the zip, so a changed module never runs stale code. Anything unusual (another Python's zipimport, an
 unreadable cache) falls back to compiling as usual.
 """
+import _imp
 import marshal
 import os
 import sys
@@ -19,7 +20,7 @@ _PAYLOAD = "_payload.zip" + os.sep
 def install(cache_dir):
     """Route zipimport's compilation of payload sources through the cache in cache_dir. False: not possible here."""
     compile_source = getattr(zipimport, "_compile_source", None)
-    fix_filename = getattr(sys.modules.get("_imp") or __import__("_imp"), "_fix_co_filename", None)
+    fix_filename = getattr(_imp, "_fix_co_filename", None)
     if compile_source is None or fix_filename is None or getattr(compile_source, "gpufleet_sim_cache", False):
         return False
 

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import ansible.modules
 import pytest
-from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease, async_job_groups, stop_leftovers
+from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import (
+    Lease,
+    _start_time,
+    async_job_groups,
+    stop_leftovers,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 ASYNC_WRAPPER = Path(ansible.modules.__file__).parent / "async_wrapper.py"
@@ -99,8 +104,6 @@ def test_a_module_that_started_before_its_runner_was_moved_is_stopped_with_the_r
     # (the module's parent, which waits for it and writes its result) already in a group of its own, as async_wrapper's
     # setpgid(runner, runner) leaves them when the module started first. The module records the runner's group
     # (Lease.record_async_job); stopping the run stops all three.
-    from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import _start_time
-
     watcher = subprocess.Popen(["sleep", "600"], process_group=0)
     module = subprocess.Popen(["sleep", "600"], process_group=watcher.pid)
     runner = subprocess.Popen(["sleep", "600"], process_group=0)
