@@ -48,7 +48,9 @@ def install(cache_dir):
 
 
 def _store(path, code):
-    tmp = "%s.%d.tmp" % (path, os.getpid())  # the nodes' modules run at once: whole files only
+    # Whole files only: the nodes' modules run at once, and test-fleet containers share the directory with PIDs of
+    # their own (a PID alone is no unique name there).
+    tmp = "%s.%d.%s.tmp" % (path, os.getpid(), os.urandom(6).hex())
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as fh:

@@ -42,10 +42,22 @@ BASE_RECIPE = "4"
 DEFAULT_CACHE = Path(os.environ.get("GPUFLEET_TESTFLEET_CACHE", "/var/cache/gpufleet/testfleet"))
 DEFAULT_SUITE = "bookworm"
 APT_MOUNT = "/srv/gpufleet-apt"
+# The simulator's module code cache (sim/gpufleet_sim/module_code_cache.py), shared by every node of every fleet on
+# this machine: Python compiles an AnsiballZ payload at every module run, and the nodes' runs share the controller's
+# cores (about a third of a module run's CPU). GPUFLEET_TESTFLEET_MODULE_CACHE=0 leaves the nodes' Python as Debian
+# ships it, to measure a real node's cost.
+MODULE_CODE_CACHE = DEFAULT_CACHE / "module-code"
+MODULE_CODE_MOUNT = "/var/cache/gpufleet-module-code"
+MODULE_CODE_SOURCE = Path(__file__).resolve().parents[2] / "sim/gpufleet_sim/module_code_cache.py"
+NODE_SITE_DIR = "usr/lib/python3/dist-packages"
 REGISTRY = Path("/run/gpufleet-testfleet")
 # Unix socket paths are limited to 107 bytes; ssh's %C is 40 hex characters.
 MAX_CONTROL_DIR = 60
 STATE_VERSION = 1
+
+
+def _module_code_cache_on():
+    return os.environ.get("GPUFLEET_TESTFLEET_MODULE_CACHE", "1") != "0"
 
 
 class FleetError(RuntimeError):
@@ -445,6 +457,12 @@ class Fleet:
         host_key = root / "etc/ssh/ssh_host_ed25519_key"
         if not host_key.exists():
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "root@" + node.name, "-f", str(host_key)])
+        if _module_code_cache_on():
+            site = root / NODE_SITE_DIR
+            shutil.copyfile(MODULE_CODE_SOURCE, site / "gpufleet_module_code_cache.py")
+            # site runs an "import" line of a .pth file at every start of the node's Python.
+            (site / "gpufleet-module-code-cache.pth").write_text(
+                "import gpufleet_module_code_cache as c; c.install(%r)\n" % MODULE_CODE_MOUNT)
 
     def _boot(self, node):
         argv = ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
@@ -456,6 +474,9 @@ class Fleet:
                 "--setenv=SYSTEMD_COLORS=0",
                 "--bind-ro=%s:%s" % (self.apt_dir, APT_MOUNT)]
         argv += ["--bind-ro=%s:%s" % (host, inside) for host, inside in self.binds]
+        if _module_code_cache_on():
+            MODULE_CODE_CACHE.mkdir(parents=True, exist_ok=True)
+            argv += ["--bind=%s:%s" % (MODULE_CODE_CACHE, MODULE_CODE_MOUNT)]
         # A reboot inside the node (ansible.builtin.reboot: the repair ladder's rung) ends systemd-nspawn --keep-unit
         # with 133, the status systemd-nspawn@.service restarts on (RestartForceExitStatus=133): this loop boots the
         # node again the same way; any other end (power off, kill_node, down) ends the loop.

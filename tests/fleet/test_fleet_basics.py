@@ -36,6 +36,31 @@ def test_ansible_ping_and_setup_over_ssh_on_every_node(fleet, tmp_path):
     assert list(fleet.control_dir.iterdir()), "no ssh ControlPath socket in %s" % fleet.control_dir
 
 
+
+def test_module_runs_on_the_nodes_reuse_their_compiled_payload_code(fleet):
+    """The nodes share the simulator's module code cache (harness.MODULE_CODE_CACHE): a payload compiled by one
+    node's module run is read, not compiled, by the next, on any node; a failing module still names its own payload."""
+    import harness
+
+    # Other fleets share the directory: emptying it only makes their next runs compile again.
+    for entry in harness.MODULE_CODE_CACHE.iterdir():
+        entry.unlink(missing_ok=True)
+    run = subprocess.run([str(ANSIBLE_BIN / "ansible"), "-i", str(fleet.inventory_path), fleet.nodes[0].name, "-m",
+                          "ansible.builtin.ping"], capture_output=True, text=True, env=ansible_env(), cwd=str(REPO),
+                         timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:]
+    entries = {p.name: p.stat().st_mtime_ns for p in harness.MODULE_CODE_CACHE.iterdir()}
+    assert any(name.endswith(".cpython-311") for name in entries), entries  # the nodes' Debian Python
+    again = subprocess.run([str(ANSIBLE_BIN / "ansible"), "-i", str(fleet.inventory_path), "all", "-m",
+                            "ansible.builtin.ping"], capture_output=True, text=True, env=ansible_env(),
+                           cwd=str(REPO), timeout=120)
+    assert again.returncode == 0, again.stdout[-3000:]
+    now = {p.name: p.stat().st_mtime_ns for p in harness.MODULE_CODE_CACHE.iterdir()}
+    assert {name: now.get(name) for name in entries} == entries  # read by every node, not written again
+    name = next(iter(entries))
+    fleet.ssh(fleet.nodes[-1].name, "test -s %s/%s" % (harness.MODULE_CODE_MOUNT, name), timeout=30)
+
+
 def test_systemd_is_pid1_and_the_system_is_running(fleet):
     for node in fleet.nodes:
         assert fleet.ssh(node.name, "cat /proc/1/comm").stdout.strip() == "systemd"
