@@ -4,9 +4,9 @@ Python compiles a module imported from a zip at every import (zipimport writes n
 compiles ansible.module_utils.basic and the rest of its payload again: about 0.1 CPU-s of the 0.15-0.3 a module run
 costs. A real node pays that on its own CPU. Simulated nodes pay it on the controller's, where a 32-node burn-in then
 measures the simulation instead of the orchestration. sitecustomize.py installs this cache in every Python process of
-a simulated node (the test fleet's harness in its nspawn nodes, through a .pth file); only sources from an AnsiballZ payload (`*_payload.zip`) are cached, under the hash of the source
-and its path in the zip, so a changed module never runs stale code. Anything unusual (another Python's zipimport, an
-unreadable cache) falls back to compiling as usual.
+a simulated node (the test fleet's harness in its nspawn nodes, through a .pth file); only sources from an AnsiballZ
+payload (`*_payload.zip`) are cached, under the hash of the source and its path in the zip, so a changed module never
+runs stale code. Anything unusual (another Python's zipimport, an unreadable cache) falls back to compiling as usual.
 """
 import _imp
 import marshal
