@@ -11,7 +11,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # them would compile them again (the simulator's stand-ins, the collection's plugins, pytest's rewritten tests).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: system-deps venv torch-venv min-venv test test-min lint sanity unit integration test-fleet test-stress demo demo-loop bench \
+.PHONY: system-deps venv torch-venv min-venv test test-setup fleet-cache test-min lint sanity unit integration test-fleet test-stress demo demo-loop bench \
   bench-audit clean
 
 # CPU torch for the real torchrun/gloo dry-run tests. The 2.13.0 CPU wheel is built for Python 3.11 only.
@@ -85,8 +85,18 @@ test-fleet: system-deps venv
 # (which mostly waits on its nodes), whose stream ends earlier and then runs the minimum-version suite and lint, so
 # that their three minutes no longer wait in front of everything else. Every suite runs; the table of their times is
 # printed at the end (tests/output/suite-times.txt, each suite's output in tests/output/<suite>.log).
-test: system-deps venv torch-venv min-venv
+test:
+	$(MAKE) --no-print-directory -j4 -Otarget test-setup
 	hack/run-suites "sanity" "unit integration" "test-fleet test-min lint"
+
+# What the suites need, prepared at once (pip runs on one core): the virtualenvs, and the test fleet's debootstrap base
+# and packages (a few minutes on a machine that never built them, else a no-op), so no fleet test waits for them. The
+# fleet cache failing (no mirror reachable, not root) stops nothing here: the fleet tests then fail with the reason.
+test-setup: system-deps venv torch-venv min-venv fleet-cache
+
+fleet-cache: system-deps
+	@if [ "$$(id -u)" != 0 ]; then echo "fleet-cache: not root; the test fleet's tests will say what they need"; \
+	elif ! $(PYTHON) hack/testfleet cache; then echo "fleet-cache: FAILED (above); the fleet tests will retry it"; fi
 
 # The timing-sensitive suites with a CPU hog beside them (stress-ng, 2 workers per core): no verdict may depend on the
 # machine's load. Elastic restarts, the post-mortem on real jobs, the CLI's live view, the XID watcher and the

@@ -55,7 +55,7 @@ def up(fleet_dir, nodes, prefix, subnet, work, ident, timeout_s=600):
     if fleet.state_path.exists():
         harness.Fleet.from_state(fleet_dir).down()
     shutil.rmtree(fleet.apt_dir, ignore_errors=True)
-    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, only=(), debian=("prometheus-node-exporter",))
+    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, only=(), debian=aptrepo.DEBIAN_PACKAGES)
     fleet.up(base=base)
     try:
         fleet.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))

@@ -3,8 +3,8 @@
 A flat `file://` repository (`deb [trusted=yes] file:/srv/gpufleet-apt ./` on the nodes, bind-mounted read-only), so
 roles install packages with real apt on nodes that have no network:
 
-- stand-in vendor packages under their real names, built with equivs from `tests/fleet/packages/<name>/control`
-  (format: packages/README.md);
+- stand-in vendor packages under their real names, built with dpkg-deb from the equivs-style control files
+  `tests/fleet/packages/<name>/control` (format: packages/README.md);
 - `gpufleet-sim`, the simulated GPU tools from the repo's `sim/` directory, built with dpkg-deb;
 - real Debian packages (prometheus-node-exporter ...) downloaded on the host together with the dependencies the base
   lacks, resolved by apt inside a throw-away overlay of the base so versions match what the nodes have.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import inspect
 import json
 import os
 import shlex
@@ -33,6 +34,8 @@ SIM_PREFIX = "/usr/lib/gpufleet-sim"
 # Never link a stand-in over a tool the node's own packages ship (dpkg would refuse the file conflict, and the real
 # journalctl/dmesg must keep working on a systemd node): those stand-ins stay in SIM_PREFIX/bin.
 NO_LINK_IF_PRESENT = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+# The real Debian packages the fleet tests serve their nodes (the roles install node_exporter from Debian).
+DEBIAN_PACKAGES = ("prometheus-node-exporter",)
 
 
 class AptRepoError(RuntimeError):
@@ -106,32 +109,127 @@ def _finish(tmp, final, keep=3):
     return sorted(final.glob("*.deb"))
 
 
-# ------------------------------------------------------------------------------------------------------ equivs specs
+# ------------------------------------------------------------------------------------------------ stand-in specs
 
 def spec_names(specs=SPECS):
     return sorted(p.name for p in Path(specs).iterdir() if (p / "control").is_file()) if Path(specs).is_dir() else []
 
 
+# An equivs-style control file, built straight with dpkg-deb: equivs-build runs a whole debhelper sequence per
+# package (about 5 CPU-s each, 27 specs: two minutes of a cold CI run) for what is a control file and a few copies.
+# These fields go to DEBIAN/control as written; the next ones say what the package holds.
+CONTROL_FIELDS = ("Package", "Version", "Architecture", "Maintainer", "Section", "Priority", "Essential", "Multi-Arch",
+                  "Pre-Depends", "Depends", "Recommends", "Suggests", "Breaks", "Conflicts", "Provides", "Replaces",
+                  "Homepage", "Description")
+CONTENT_FIELDS = ("Files", "Links", "Preinst", "Postinst", "Prerm", "Postrm")
+SOURCE_ONLY_FIELDS = ("Standards-Version",)  # a source package's field: not in a binary package's control
+# equivs' defaults, Multi-Arch included (foreign: an arch-all stand-in satisfies any architecture's dependency).
+DEFAULTS = {"Architecture": "all", "Maintainer": "kentino.gpufleet <gpufleet@localhost>", "Section": "misc",
+            "Priority": "optional", "Multi-Arch": "foreign"}
+
+
+def parse_control(text):
+    """One paragraph of `Field: value` lines, continuation lines starting with a space, `#` comment lines.
+    Returns {field: value} (continuation lines joined with newlines); an unknown or repeated field is an error."""
+    fields, name = {}, None
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            raise AptRepoError("line %d: a blank line; a spec is one paragraph" % n)
+        if line[0] in " \t":
+            if name is None:
+                raise AptRepoError("line %d: a continuation line before any field" % n)
+            fields[name] += "\n" + line
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or name not in CONTROL_FIELDS + CONTENT_FIELDS + SOURCE_ONLY_FIELDS:
+            raise AptRepoError("line %d: unknown field %r (known: %s)"
+                               % (n, name, ", ".join(CONTROL_FIELDS + CONTENT_FIELDS)))
+        if name in fields:
+            raise AptRepoError("line %d: field %s given twice" % (n, name))
+        fields[name] = value.strip()
+    for required in ("Package", "Version", "Description"):
+        if not fields.get(required):
+            raise AptRepoError("no %s field" % required)
+    return fields
+
+
+def _spec_tree(spec_dir, fields, root):
+    """Lay out the package under root: Files copied (executable bits kept, modes as dh_fixperms leaves them), Links
+    made, maintainer scripts and conffiles (whatever lands in /etc) in DEBIAN/."""
+    for line in fields.get("Files", "").splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2:
+            raise AptRepoError("Files line %r: expected `<file in the spec> <absolute destination>`" % line.strip())
+        src, dest = spec_dir / parts[0], parts[1]
+        if not src.is_file():
+            raise AptRepoError("Files line %r: no file %s" % (line.strip(), src))
+        if not dest.startswith("/"):
+            raise AptRepoError("Files line %r: the destination must be absolute" % line.strip())
+        target = root / dest.lstrip("/")
+        if dest.endswith("/"):
+            target = target / src.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)  # follows a spec's link to another spec's file
+        target.chmod(0o755 if os.access(src, os.X_OK) else 0o644)
+    for line in fields.get("Links", "").splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not parts[1].startswith("/"):
+            raise AptRepoError("Links line %r: expected `<target> <absolute link path>`" % line.strip())
+        link = root / parts[1].lstrip("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(parts[0])
+    doc = root / "usr/share/doc" / fields["Package"]
+    doc.mkdir(parents=True, exist_ok=True)
+    (doc / "copyright").write_text("A kentino.gpufleet test-fleet stand-in, built from tests/fleet/packages/%s.\n"
+                                   % spec_dir.name)
+    debian = root / "DEBIAN"
+    debian.mkdir()
+    for field in ("Preinst", "Postinst", "Prerm", "Postrm"):
+        if field in fields:
+            script = spec_dir / fields[field]
+            if not script.is_file():
+                raise AptRepoError("%s: no file %s" % (field, script))
+            shutil.copyfile(script, debian / field.lower())
+            (debian / field.lower()).chmod(0o755)
+    conffiles = sorted("/" + str(p.relative_to(root)) for p in (root / "etc").rglob("*")
+                       if p.is_file() and not p.is_symlink()) if (root / "etc").is_dir() else []
+    if conffiles:
+        (debian / "conffiles").write_text("".join(c + "\n" for c in conffiles))
+    control = dict(DEFAULTS, **{k: v for k, v in fields.items() if k in CONTROL_FIELDS})
+    # As dpkg-gencontrol counts it: KiB per file, rounded up, and one per link and directory.
+    control["Installed-Size"] = str(sum(-(-p.lstat().st_size // 1024) if p.is_file() and not p.is_symlink() else 1
+                                        for p in root.rglob("*") if debian not in p.parents and p != debian))
+    (debian / "control").write_text("".join("%s: %s\n" % (k, control[k])
+                                            for k in CONTROL_FIELDS[:4] + ("Installed-Size",) + CONTROL_FIELDS[4:]
+                                            if k in control))
+
+
 def build_spec(spec_dir, cache):
-    """Build one equivs spec directory into .deb(s); `Files:` paths in the control file are relative to spec_dir."""
+    """Build one stand-in spec directory (format: packages/README.md) into its .deb with dpkg-deb; `Files:` paths in
+    the control file are relative to spec_dir."""
     spec_dir = Path(spec_dir)
-    if not shutil.which("equivs-build"):
-        raise AptRepoError("equivs-build not found: apt-get install equivs")
-    key = _tree_hash([spec_dir])
+    # Keyed by the builder's code too: a cached package built another way (equivs, an older layout) is never served.
+    key = _tree_hash([spec_dir], extra=inspect.getsource(parse_control) + inspect.getsource(_spec_tree))
 
     def build(tmp):
-        work = tmp / "src"
-        shutil.copytree(spec_dir, work)
-        proc = subprocess.run(["equivs-build", "control"], cwd=work, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise AptRepoError("equivs-build of stand-in package spec %s failed (rc=%s): check its control file "
-                               "(format: tests/fleet/packages/README.md)\n%s"
-                               % (spec_dir, proc.returncode, (proc.stdout + proc.stderr)[-3000:]))
-        for deb in work.glob("*.deb"):
-            shutil.move(str(deb), tmp / deb.name)
-        shutil.rmtree(work)
-        if not list(tmp.glob("*.deb")):
-            raise AptRepoError("equivs-build of %s produced no .deb" % spec_dir)
+        where = "stand-in package spec %s/control (format: tests/fleet/packages/README.md)" % spec_dir
+        try:
+            fields = parse_control((spec_dir / "control").read_text())
+            root = tmp / "root"
+            _spec_tree(spec_dir, fields, root)
+        except (OSError, AptRepoError) as exc:
+            raise AptRepoError("%s: %s" % (where, exc)) from None
+        arch = dict(DEFAULTS, **fields)["Architecture"]
+        # The file name apt and dpkg-name use: the epoch (1:4.2.3-1) is not part of it.
+        deb = tmp / ("%s_%s_%s.deb" % (fields["Package"], fields["Version"].split(":", 1)[-1], arch))
+        _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)])
+        shutil.rmtree(root)
 
     return _once(_cache_dir(cache, "spec-" + spec_dir.name, key), build)
 
@@ -276,6 +374,13 @@ def add_specs(repo_dir, cache, names, specs=SPECS):
     add_debs(repo_dir, debs)
     index_repo(repo_dir)
     return sorted(Path(d).name for d in debs)
+
+
+def build_cache(cache, base):
+    """Every package the fleet tests serve, built (or downloaded) into the cache: each a no-op when cached. What
+    `make test` prepares while its virtualenvs install (hack/testfleet cache), so that no test waits for it."""
+    debs = [deb for name in spec_names() for deb in build_spec(SPECS / name, cache)]
+    return debs + build_sim_deb(cache, base=base) + download_debian(DEBIAN_PACKAGES, base, cache)
 
 
 def build_repo(repo_dir, cache, base=None, specs=SPECS, sim=True, debian=(), mirror=None, only=None):

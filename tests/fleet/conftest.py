@@ -1,6 +1,6 @@
 """Session fixture for the real test fleet: 4 systemd-nspawn nodes over SSH, a local apt repo, Ansible runners.
 
-Run with `pytest -q -m fleet tests/fleet` as root (needs debootstrap, systemd-container, equivs, dpkg-dev, apt-utils,
+Run with `pytest -q -m fleet tests/fleet` as root (needs debootstrap, systemd-container, dpkg-dev, apt-utils,
 iproute2, openssh-client). Without `-m fleet` these tests are skipped with that reason, so a bare `pytest` stays fast.
 """
 
@@ -28,13 +28,9 @@ FLEET_DIR = Path(os.environ.get("GPUFLEET_PYTEST_FLEET_DIR", "/var/tmp/gpufleet-
 FLEET_PREFIX = os.environ.get("GPUFLEET_PYTEST_FLEET_PREFIX", "gpft") + ("" if _N is None else str(_N))
 FLEET_SUBNET = os.environ.get("GPUFLEET_PYTEST_FLEET_SUBNET", "10.213.8" if _N is None else "10.213.%d" % (40 + _N))
 FLEET_NODES = int(os.environ.get("GPUFLEET_PYTEST_FLEET_NODES", "4"))
-# Real Debian packages the roles install on nodes that have no network: served from the local repo.
-DEBIAN_PACKAGES = ("prometheus-node-exporter",)
 # The longest groups (several minutes each on a 2-core machine beside the other suites), started first.
 LONGEST = ("roles-node0", "roles-node1", "tests/fleet/test_fleet_burn_in.py", "tests/fleet/test_elastic_training.py",
            "tests/fleet/test_monitoring.py")
-REQUIRED_TOOLS = ("debootstrap", "systemd-nspawn", "ip", "ssh", "ssh-keygen", "equivs-build", "dpkg-deb",
-                  "apt-ftparchive", "mount")
 
 
 # Before xdist reads the groups (its own hook of the same name turns them into node ids).
@@ -56,12 +52,9 @@ def pytest_collection_modifyitems(config, items):
 
 def check_prerequisites():
     """Fail (never skip) with what to install when `-m fleet` was asked for on a machine that cannot run it."""
-    if os.geteuid() != 0:
-        pytest.fail("the test fleet needs root (network namespaces, overlayfs, systemd-nspawn)")
-    missing = [t for t in REQUIRED_TOOLS if not shutil.which(t)]
-    if missing:
-        pytest.fail("missing %s: apt-get install debootstrap systemd-container equivs dpkg-dev apt-utils iproute2 "
-                    "openssh-client mount" % ", ".join(missing))
+    problem = harness.prerequisites_problem()
+    if problem:
+        pytest.fail(problem)
 
 
 @pytest.fixture(scope="session")
@@ -78,7 +71,7 @@ def fleet(fleet_base):
         harness.Fleet.from_state(FLEET_DIR).down()
     shutil.rmtree(f.apt_dir, ignore_errors=True)
     # Only what these tests install: the role engineers' stand-ins are checked by test_every_package_spec_builds.
-    f.repo_info = aptrepo.build_repo(f.apt_dir, harness.DEFAULT_CACHE, base=fleet_base, debian=DEBIAN_PACKAGES,
+    f.repo_info = aptrepo.build_repo(f.apt_dir, harness.DEFAULT_CACHE, base=fleet_base, debian=aptrepo.DEBIAN_PACKAGES,
                                      only=("gpufleet-testfleet-probe",))
     f.up(base=fleet_base)
     f.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))

@@ -30,8 +30,8 @@ SCENARIO = REPO / "roles" / "audit_timer" / "molecule" / "default"
 
 @pytest.fixture(scope="module")
 def afleet():
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
-        pytest.fail("the audit timer fleet test needs root, debootstrap, systemd-container and equivs")
+    if harness.prerequisites_problem():
+        pytest.fail(harness.prerequisites_problem())
     base = harness.ensure_base()
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=1, prefix="gpat", subnet="10.213.13")
     if fleet.state_path.exists():

@@ -41,8 +41,8 @@ JOB = {"elastic_training_job": "llm", "elastic_training_entrypoint": "/opt/train
 
 @pytest.fixture(scope="module")
 def efleet():
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
-        pytest.fail("the elastic training fleet test needs root, debootstrap, systemd-container and equivs")
+    if harness.prerequisites_problem():
+        pytest.fail(harness.prerequisites_problem())
     base = harness.ensure_base()
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=1, prefix="gpel", subnet="10.213.14")
     if fleet.state_path.exists():

@@ -37,9 +37,8 @@ pytestmark = pytest.mark.fleet
 
 @pytest.fixture(scope="module")
 def ffleet():
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
-        pytest.fail("the fabric manager tests need root, debootstrap, systemd-container and equivs "
-                    "(see tests/fleet/conftest.py)")
+    if harness.prerequisites_problem():
+        pytest.fail(harness.prerequisites_problem())
     started = time.monotonic()
     base = harness.ensure_base()
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=2, prefix="gpff", subnet="10.213.12")

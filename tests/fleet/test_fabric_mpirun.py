@@ -46,9 +46,8 @@ FABRIC = "playbooks/fabric.yml"
 
 @pytest.fixture(scope="module")
 def mfleet():
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
-        pytest.fail("the fabric fleet test needs root, debootstrap, systemd-container and equivs "
-                    "(see tests/fleet/conftest.py)")
+    if harness.prerequisites_problem():
+        pytest.fail(harness.prerequisites_problem())
     started = time.monotonic()
     base = harness.ensure_base()  # Open MPI is in the base
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=4, prefix="gpmp", subnet="10.213.17")

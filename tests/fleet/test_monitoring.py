@@ -59,8 +59,8 @@ PLAY = """
 
 @pytest.fixture(scope="module")
 def mfleet():
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
-        pytest.fail("the monitoring fleet test needs root, debootstrap, systemd-container and equivs")
+    if harness.prerequisites_problem():
+        pytest.fail(harness.prerequisites_problem())
     if not shutil.which("prometheus"):
         pytest.fail("the monitoring fleet test needs /usr/bin/prometheus: apt-get install prometheus")
     base = harness.ensure_base()
@@ -69,7 +69,7 @@ def mfleet():
         harness.Fleet.from_state(FLEET_DIR).down()
     shutil.rmtree(fleet.apt_dir, ignore_errors=True)
     aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, sim=False, only=(),
-                       debian=("prometheus-node-exporter",))
+                       debian=aptrepo.DEBIAN_PACKAGES)
     fleet.up(base=base)
     fleet.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
     fleet.ssh(fleet.nodes[0].name, "apt-get update -q")

@@ -33,7 +33,6 @@ from fleet_ansible import PlaybookRun  # noqa: E402
 
 ROLES = ["nvidia_driver", "dcgm", "dcgm_exporter", "gpufleet_node_exporter", "training_env", "validation_tools"]
 FLEET_DIR = Path(os.environ.get("GPUFLEET_ROLES_FLEET_DIR", "/var/tmp/gpufleet-roles-fleet"))
-DEBIAN_PACKAGES = ("prometheus-node-exporter",)
 # Not in the first repository: added mid-module, as an update of NVIDIA's repository (tests/fleet/packages/README.md).
 NEWER_BRANCH_SPECS = ("nvidia-open@590", "nvidia-driver-pinning-590", "nvidia-smi@590", "nvidia-persistenced@590",
                       "nvidia-open@595", "nvidia-smi@595", "nvidia-persistenced@595")
@@ -61,7 +60,7 @@ def build_fleet(dir, nodes, prefix, subnet):
         harness.Fleet.from_state(dir).down()
     shutil.rmtree(fleet.apt_dir, ignore_errors=True)
     first = [name for name in aptrepo.spec_names() if name not in NEWER_BRANCH_SPECS]
-    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, sim=False, debian=DEBIAN_PACKAGES, only=first)
+    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, sim=False, debian=aptrepo.DEBIAN_PACKAGES, only=first)
     fleet.up(base=base)
     fleet.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
     return fleet
@@ -87,8 +86,8 @@ class Stories:
 
 @pytest.fixture(scope="module")
 def rfleet():
-    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "systemd-nspawn", "equivs-build")):
-        pytest.fail("the role tests need root, debootstrap, systemd-container and equivs (see tests/fleet/conftest.py)")
+    if harness.prerequisites_problem():
+        pytest.fail(harness.prerequisites_problem())
     stories = Stories()
     yield stories
     problems = [p for f in stories.fleets.values() for p in f.down() + f.leftovers()]
