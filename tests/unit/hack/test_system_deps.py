@@ -107,8 +107,11 @@ def test_unknown_argument_is_refused():
 def test_make_test_runs_it_first_and_ci_runs_only_make_test():
     makefile = (REPO / "Makefile").read_text()
     assert re.search(r"^system-deps:\n\thack/system-deps$", makefile, re.M)
-    test_prereqs = re.search(r"^test:(.*)$", makefile, re.M).group(1).split()
-    assert test_prereqs[0] == "system-deps"
+    # make test prepares everything first (test-setup, at once), the packages among it, then runs the suites.
+    recipe = re.search(r"^test:.*\n((?:\t.*\n)+)", makefile, re.M).group(1).splitlines()
+    assert "test-setup" in recipe[0].split() and "run-suites" in recipe[-1], recipe
+    assert re.search(r"^test-setup:(.*)$", makefile, re.M).group(1).split()[0] == "system-deps"
+    assert "system-deps" in re.search(r"^fleet-cache:(.*)$", makefile, re.M).group(1).split()
     assert "system-deps" in re.search(r"^test-fleet:(.*)$", makefile, re.M).group(1).split()
     ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines()
           if line.strip() and not line.lstrip().startswith("#")]
