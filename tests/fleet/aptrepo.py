@@ -167,8 +167,8 @@ def _spec_tree(spec_dir, fields, root):
         src, dest = spec_dir / parts[0], parts[1]
         if not src.is_file():
             raise AptRepoError("Files line %r: no file %s" % (line.strip(), src))
-        if not dest.startswith("/"):
-            raise AptRepoError("Files line %r: the destination must be absolute" % line.strip())
+        if not dest.startswith("/") or ".." in dest.split("/"):
+            raise AptRepoError("Files line %r: the destination must be absolute, without `..`" % line.strip())
         target = root / dest.lstrip("/")
         if dest.endswith("/"):
             target = target / src.name
@@ -179,7 +179,7 @@ def _spec_tree(spec_dir, fields, root):
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 2 or not parts[1].startswith("/"):
+        if len(parts) != 2 or not parts[1].startswith("/") or ".." in parts[1].split("/"):
             raise AptRepoError("Links line %r: expected `<target> <absolute link path>`" % line.strip())
         link = root / parts[1].lstrip("/")
         link.parent.mkdir(parents=True, exist_ok=True)

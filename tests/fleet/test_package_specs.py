@@ -78,6 +78,7 @@ def test_a_spec_builds_files_links_scripts_and_conffiles_as_written(tmp_path):
     ("Package: gpufleet-bad\nVersion: 1\n\nDescription: blank\n x\n", "line 3: a blank line"),
     ("Package: gpufleet-bad\nDescription: no version\n x\n", "no Version field"),
     ("Package: gpufleet-bad\nVersion: 1\nFiles: f usr/bin/\nDescription: relative\n x\n", "must be absolute"),
+    ("Package: gpufleet-bad\nVersion: 1\nFiles: f /usr/../../x/\nDescription: escapes\n x\n", "without `..`"),
 ])
 def test_a_malformed_spec_is_refused_with_the_spec_and_the_reason(tmp_path, control, error):
     spec = tmp_path / "gpufleet-bad"
