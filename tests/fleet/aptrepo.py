@@ -188,6 +188,9 @@ def _spec_tree(spec_dir, fields, root):
     doc.mkdir(parents=True, exist_ok=True)
     (doc / "copyright").write_text("A kentino.gpufleet test-fleet stand-in, built from tests/fleet/packages/%s.\n"
                                    % spec_dir.name)
+    # As dpkg-gencontrol counts it: KiB per file, rounded up, and one per link and directory.
+    installed_kib = sum(-(-p.lstat().st_size // 1024) if p.is_file() and not p.is_symlink() else 1
+                        for p in root.rglob("*"))
     debian = root / "DEBIAN"
     debian.mkdir()
     for field in ("Preinst", "Postinst", "Prerm", "Postrm"):
@@ -202,9 +205,7 @@ def _spec_tree(spec_dir, fields, root):
     if conffiles:
         (debian / "conffiles").write_text("".join(c + "\n" for c in conffiles))
     control = dict(DEFAULTS, **{k: v for k, v in fields.items() if k in CONTROL_FIELDS})
-    # As dpkg-gencontrol counts it: KiB per file, rounded up, and one per link and directory.
-    control["Installed-Size"] = str(sum(-(-p.lstat().st_size // 1024) if p.is_file() and not p.is_symlink() else 1
-                                        for p in root.rglob("*") if debian not in p.parents and p != debian))
+    control["Installed-Size"] = str(installed_kib)
     (debian / "control").write_text("".join("%s: %s\n" % (k, control[k])
                                             for k in CONTROL_FIELDS[:4] + ("Installed-Size",) + CONTROL_FIELDS[4:]
                                             if k in control))

@@ -31,6 +31,7 @@ FLEET_NODES = int(os.environ.get("GPUFLEET_PYTEST_FLEET_NODES", "4"))
 # The longest groups (several minutes each on a 2-core machine beside the other suites), started first.
 LONGEST = ("roles-node0", "roles-node1", "tests/fleet/test_fleet_burn_in.py", "tests/fleet/test_elastic_training.py",
            "tests/fleet/test_monitoring.py")
+REQUIRED_TOOLS = ("debootstrap", "systemd-nspawn", "ip", "ssh", "ssh-keygen", "dpkg-deb", "apt-ftparchive", "mount")
 
 
 # Before xdist reads the groups (its own hook of the same name turns them into node ids).
@@ -52,11 +53,16 @@ def pytest_collection_modifyitems(config, items):
 
 def check_prerequisites():
     """Fail (never skip) with what to install when `-m fleet` was asked for on a machine that cannot run it."""
-    problem = harness.prerequisites_problem()
-    if problem:
-        pytest.fail(problem)
+    if os.geteuid() != 0:
+        pytest.fail("the test fleet needs root (network namespaces, overlayfs, systemd-nspawn)")
+    missing = [t for t in REQUIRED_TOOLS if not shutil.which(t)]
+    if missing:
+        pytest.fail("missing %s: apt-get install debootstrap systemd-container dpkg-dev apt-utils iproute2 "
+                    "openssh-client mount" % ", ".join(missing))
 
 
+# Every fleet fixture starts from this one: the machine can run a fleet (else the test fails saying what to install),
+# and the cached base.
 @pytest.fixture(scope="session")
 def fleet_base():
     check_prerequisites()

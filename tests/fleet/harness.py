@@ -165,20 +165,6 @@ def ensure_base(cache=DEFAULT_CACHE, packages=BASE_PACKAGES, suite=DEFAULT_SUITE
         return final
 
 
-REQUIRED_TOOLS = ("debootstrap", "systemd-nspawn", "ip", "ssh", "ssh-keygen", "dpkg-deb", "apt-ftparchive", "mount")
-
-
-def prerequisites_problem():
-    """None when this machine can run a test fleet, else what is missing and what to install."""
-    if os.geteuid() != 0:
-        return "the test fleet needs root (network namespaces, overlayfs, systemd-nspawn)"
-    missing = [t for t in REQUIRED_TOOLS if not shutil.which(t)]
-    if missing:
-        return ("missing %s: apt-get install debootstrap systemd-container dpkg-dev apt-utils iproute2 openssh-client "
-                "mount (or run hack/system-deps)" % ", ".join(missing))
-    return None
-
-
 # ------------------------------------------------------------------------------------------------------------- helpers
 
 def netns_inode(name):

@@ -29,10 +29,8 @@ SCENARIO = REPO / "roles" / "audit_timer" / "molecule" / "default"
 
 
 @pytest.fixture(scope="module")
-def afleet():
-    if harness.prerequisites_problem():
-        pytest.fail(harness.prerequisites_problem())
-    base = harness.ensure_base()
+def afleet(fleet_base):
+    base = fleet_base
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=1, prefix="gpat", subnet="10.213.13")
     if fleet.state_path.exists():
         harness.Fleet.from_state(FLEET_DIR).down()

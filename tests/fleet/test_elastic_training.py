@@ -40,10 +40,8 @@ JOB = {"elastic_training_job": "llm", "elastic_training_entrypoint": "/opt/train
 
 
 @pytest.fixture(scope="module")
-def efleet():
-    if harness.prerequisites_problem():
-        pytest.fail(harness.prerequisites_problem())
-    base = harness.ensure_base()
+def efleet(fleet_base):
+    base = fleet_base
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=1, prefix="gpel", subnet="10.213.14")
     if fleet.state_path.exists():
         harness.Fleet.from_state(FLEET_DIR).down()

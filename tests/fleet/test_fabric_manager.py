@@ -36,11 +36,9 @@ pytestmark = pytest.mark.fleet
 
 
 @pytest.fixture(scope="module")
-def ffleet():
-    if harness.prerequisites_problem():
-        pytest.fail(harness.prerequisites_problem())
+def ffleet(fleet_base):
     started = time.monotonic()
-    base = harness.ensure_base()
+    base = fleet_base
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=2, prefix="gpff", subnet="10.213.12")
     if fleet.state_path.exists():
         harness.Fleet.from_state(FLEET_DIR).down()

@@ -45,11 +45,9 @@ FABRIC = "playbooks/fabric.yml"
 
 
 @pytest.fixture(scope="module")
-def mfleet():
-    if harness.prerequisites_problem():
-        pytest.fail(harness.prerequisites_problem())
+def mfleet(fleet_base):
     started = time.monotonic()
-    base = harness.ensure_base()  # Open MPI is in the base
+    base = fleet_base  # Open MPI is in the base
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=4, prefix="gpmp", subnet="10.213.17")
     if fleet.state_path.exists():
         harness.Fleet.from_state(FLEET_DIR).down()

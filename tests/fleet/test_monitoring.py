@@ -58,12 +58,10 @@ PLAY = """
 
 
 @pytest.fixture(scope="module")
-def mfleet():
-    if harness.prerequisites_problem():
-        pytest.fail(harness.prerequisites_problem())
+def mfleet(fleet_base):
     if not shutil.which("prometheus"):
         pytest.fail("the monitoring fleet test needs /usr/bin/prometheus: apt-get install prometheus")
-    base = harness.ensure_base()
+    base = fleet_base
     fleet = harness.Fleet(dir=FLEET_DIR, nodes_wanted=1, prefix="gpmo", subnet="10.213.11")
     if fleet.state_path.exists():
         harness.Fleet.from_state(FLEET_DIR).down()

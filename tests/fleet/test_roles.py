@@ -60,7 +60,8 @@ def build_fleet(dir, nodes, prefix, subnet):
         harness.Fleet.from_state(dir).down()
     shutil.rmtree(fleet.apt_dir, ignore_errors=True)
     first = [name for name in aptrepo.spec_names() if name not in NEWER_BRANCH_SPECS]
-    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, sim=False, debian=aptrepo.DEBIAN_PACKAGES, only=first)
+    aptrepo.build_repo(fleet.apt_dir, harness.DEFAULT_CACHE, base=base, sim=False, debian=aptrepo.DEBIAN_PACKAGES,
+                       only=first)
     fleet.up(base=base)
     fleet.write_inventory(groups=("gpufleet_testfleet", "gpufleet_nodes"))
     return fleet
@@ -85,9 +86,7 @@ class Stories:
 
 
 @pytest.fixture(scope="module")
-def rfleet():
-    if harness.prerequisites_problem():
-        pytest.fail(harness.prerequisites_problem())
+def rfleet(fleet_base):
     stories = Stories()
     yield stories
     problems = [p for f in stories.fleets.values() for p in f.down() + f.leftovers()]
