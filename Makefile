@@ -81,7 +81,7 @@ integration: venv
 test-fleet: system-deps venv
 	$(BIN)/pytest -q -n $(FLEET_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 -m fleet tests/fleet
 
-# Sanity first (half a minute: a broken tree shows at once); then the unit and integration suites beside the fleet's
+# Sanity first (seconds: a broken tree shows at once); then the unit and integration suites beside the fleet's
 # (which mostly waits on its nodes), whose stream ends earlier and then runs the minimum-version suite and lint, so
 # that their three minutes no longer wait in front of everything else. Every suite runs; the table of their times is
 # printed at the end (tests/output/suite-times.txt, each suite's output in tests/output/<suite>.log).
