@@ -249,7 +249,7 @@ class History:
             current = self._check_schema(readonly)
             self._check_integrity("quick_check", "")
             if not readonly:
-                self.db.execute("PRAGMA journal_mode = WAL")
+                self._use_wal()
                 self.db.execute("PRAGMA synchronous = NORMAL")
                 if current < SCHEMA_VERSION:
                     self.migrate()
@@ -260,6 +260,22 @@ class History:
             failure = self._failure(exc, "cannot be opened")
             self.db.close()
             raise failure from exc
+
+    def _use_wal(self):
+        """Switch the file to WAL unless it is already. SQLite answers that switch with "database is locked" at once,
+        without waiting out the busy timeout, when it meets another run's lock (two runs creating the file together):
+        retried here until the busy timeout, as every other statement waits."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000.0
+        while True:
+            try:
+                if self.db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    self.db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED") or "locked" in str(exc)
+                if not busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _check_integrity(self, pragma, consequence):
         """HistoryError (damaged) unless PRAGMA quick_check / integrity_check says ok; SQLite's first lines quoted."""
@@ -312,9 +328,15 @@ class History:
     # ---- schema ----------------------------------------------------------------------------------------------
     def _check_schema(self, readonly):
         """The file's schema version, or HistoryError when the file is not ours or cannot be used as asked."""
-        app_id = self.db.execute("PRAGMA application_id").fetchone()[0]
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        tables = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        # One read transaction: another run creating the file commits its tables and its application_id at once, and
+        # three separate reads could see the id before that commit and the tables after it ("not a gpufleet history").
+        self.db.execute("BEGIN")
+        try:
+            app_id = self.db.execute("PRAGMA application_id").fetchone()[0]
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            tables = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        finally:
+            self.db.execute("COMMIT")
         if app_id != APPLICATION_ID:
             if app_id != 0 or tables:
                 _refuse(self.path, "is an SQLite database but not a gpufleet history (application_id 0x%08x, tables "

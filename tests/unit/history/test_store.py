@@ -180,7 +180,9 @@ def test_two_runs_writing_at_the_same_moment_both_land(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name, role in (("a", "hold"), ("b", "try"))]
     outs = [p.communicate(timeout=240) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(  # each writer's own reason, whole
+        "writer %s: exit %s\n%s%s" % (name, p.returncode, out, err[-3000:])
+        for name, p, (out, err) in zip("ab", procs, outs, strict=True))
     assert sorted(p.name for p in sync.iterdir()) == ["holding", "locked-out", "opened-a", "opened-b", "ready-a",
                                                       "ready-b"]
     with History(path) as h:
