@@ -27,12 +27,32 @@ CHECK_COMMON = FQCN + "check_common"
 ATTRIBUTE_SUPPORT = {"full", "partial", "none", "N/A"}
 
 
-@pytest.fixture(scope="module")
-def merged_docs():
-    """{module: ansible-doc --json entry}: the documentation as users see it, doc fragments merged in."""
+def _ansible_doc(kind, names, json_out):
     ansible_doc = Path(sys.executable).with_name("ansible-doc")
-    proc = subprocess.run([str(ansible_doc), "-t", "module", "--json"] + [FQCN + m for m in MODULES], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([str(ansible_doc), "-t", kind] + (["--json"] if json_out else []) + [FQCN + n for n in names],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PAGER": "cat", "ANSIBLE_NOCOLOR": "1"})
+
+
+@pytest.fixture(scope="module")
+def rendered_docs():
+    """{kind: (JSON run, text run)} of ansible-doc over every plugin of that kind at once, made on first use: one
+    start of ansible-doc per kind and form instead of two per plugin (half a minute of the suite)."""
+    runs = {}
+
+    def get(kind):
+        if kind not in runs:
+            names = [n for k, n in _plugin_names() if k == kind]
+            runs[kind] = (_ansible_doc(kind, names, True), _ansible_doc(kind, names, False))
+        return runs[kind]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def merged_docs(rendered_docs):
+    """{module: ansible-doc --json entry}: the documentation as users see it, doc fragments merged in."""
+    proc, _text = rendered_docs("module")
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     return {m: data[FQCN + m] for m in MODULES}
@@ -244,28 +264,6 @@ def _plugin_names():
             if path.stem != "__init__" and "DOCUMENTATION" in path.read_text():
                 names.append((kind, path.stem))
     return names
-
-
-def _ansible_doc(kind, names, json_out):
-    ansible_doc = Path(sys.executable).with_name("ansible-doc")
-    return subprocess.run([str(ansible_doc), "-t", kind] + (["--json"] if json_out else []) + [FQCN + n for n in names],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PAGER": "cat", "ANSIBLE_NOCOLOR": "1"})
-
-
-@pytest.fixture(scope="module")
-def rendered_docs():
-    """{kind: (JSON run, text run)} of ansible-doc over every plugin of that kind at once, made on first use: one
-    start of ansible-doc per kind and form instead of two per plugin (half a minute of the suite)."""
-    runs = {}
-
-    def get(kind):
-        if kind not in runs:
-            names = [n for k, n in _plugin_names() if k == kind]
-            runs[kind] = (_ansible_doc(kind, names, True), _ansible_doc(kind, names, False))
-        return runs[kind]
-
-    return get
 
 
 @pytest.mark.parametrize("kind,name", _plugin_names())

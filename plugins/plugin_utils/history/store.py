@@ -136,6 +136,7 @@ class HistoryError(Exception):
 # never that its contents are wrong.
 ACCESS_CODES = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")
 DAMAGED_CODES = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+BUSY_CODES = ("SQLITE_BUSY", "SQLITE_LOCKED")
 DAMAGED_FIX = ("restore it from a backup, or move it away (the next run starts a new history); nothing is written "
                "into a damaged file")
 
@@ -272,7 +273,8 @@ class History:
                     self.db.execute("PRAGMA journal_mode = WAL")
                 return
             except sqlite3.OperationalError as exc:
-                busy = getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED") or "locked" in str(exc)
+                # (Python 3.10, a controller ansible-core 2.17 supports, has no sqlite_errorname: SQLite's text)
+                busy = getattr(exc, "sqlite_errorname", "") in BUSY_CODES or "locked" in str(exc)
                 if not busy or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
@@ -302,7 +304,7 @@ class History:
         if code == "SQLITE_FULL":
             return HistoryError("history %s %s: the disk is full (%s)%s; free space there" % (
                 self.path, doing, exc, consequence), "failed")
-        if code in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+        if code in BUSY_CODES:
             return HistoryError("history %s %s: another process held it for more than %d s (%s)%s; run again when "
                                 "it is done" % (self.path, doing, BUSY_TIMEOUT_MS // 1000, exc, consequence),
                                 "failed")
