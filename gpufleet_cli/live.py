@@ -40,6 +40,12 @@ class HostState:
         self.state = "waiting"  # waiting, running, done, failed, unreachable
         self.last_task = ""
 
+    def enter(self, stage, now):
+        if stage and str(stage) != self.stage:
+            self.stage, self.stage_since = str(stage), now
+            if self.state == "waiting":
+                self.state = "running"
+
     def worse(self, verdict):
         if verdict in VERDICT_RANK and (self.verdict is None or VERDICT_RANK[verdict] > VERDICT_RANK[self.verdict]):
             self.verdict = verdict
@@ -129,9 +135,12 @@ class RunView:
             state.last_task = data.get("task") or ""
         elif kind == "runner_on_ok":
             facts = res.get("ansible_facts") if isinstance(res.get("ansible_facts"), dict) else {}
-            stage = facts.get("gpufleet_stage")
-            if stage and stage != state.stage:
-                state.stage, state.stage_since = str(stage), self.clock()
+            # A stage's first task reports the stage of every node at once ({node: stage}, from the first node).
+            stages = facts.get("gpufleet_stages") if isinstance(facts.get("gpufleet_stages"), dict) else {}
+            for other, stage in stages.items():
+                if other != "localhost":
+                    self.host(other).enter(stage, self.clock())
+            state.enter(facts.get("gpufleet_stage"), self.clock())
             if facts.get("gpufleet_completed") is True:
                 state.state = "done"
             if isinstance(res.get("verdict"), str):

@@ -59,6 +59,7 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.hosts = {}
+        self.play_facts = {}
         self.run = None
         self.report_dir = None
         self.playbook = None
@@ -95,7 +96,9 @@ class CallbackModule(CallbackBase):
             if not str(key).startswith("gpufleet_"):
                 continue
             if task.action in ("ansible.builtin.set_fact", "set_fact", "ansible.legacy.set_fact"):
-                hv[key] = value
+                # A run_once task's facts go to every host of the play (the stage entered: gpufleet_stages), its
+                # result to the callback once, under the host that ran it.
+                (self.play_facts if task.run_once else hv)[key] = value
             else:
                 hv.setdefault("ansible_facts", {})[key] = value
 
@@ -142,6 +145,7 @@ class CallbackModule(CallbackBase):
             if host == "localhost":
                 continue
             hv = self._inventory_values(host)
+            hv.update(plain(self.play_facts))
             hv.update(plain(recorded))
             if not hv.get("gpufleet_completed"):
                 hv["gpufleet_interrupted"] = True

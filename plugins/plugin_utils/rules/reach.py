@@ -63,10 +63,20 @@ def unreachable_during(results):
     return None
 
 
+def stage_reached(host, hv):
+    """The stage the node was in last: `done` once it finished (its own gpufleet_stage), else its entry in
+    gpufleet_stages, the {node: stage} fact every stage's first task updates for all the nodes of the play at once
+    (roles/gpufleet/tasks/stage_enter.yml). None before the first stage."""
+    stage = hv.get("gpufleet_stage")
+    if stage is None:
+        stages = hv.get("gpufleet_stages")
+        stage = stages.get(host) if isinstance(stages, dict) else None
+    return str(stage) if stage is not None else None
+
+
 def apply(node, hv, results, in_play_hosts):
     """Add the run-level findings; returns (reachable, stage)."""
-    stage = hv.get("gpufleet_stage")
-    stage = str(stage) if stage is not None else None
+    stage = stage_reached(node.host, hv)
     refused = hv.get("gpufleet_refused_reason")
     if refused:
         node.add("error", "CHECKS_REFUSED", "%s: %s" % (node.host, refused),

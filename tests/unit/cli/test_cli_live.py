@@ -42,10 +42,13 @@ def test_the_live_view_shows_each_node_its_stage_verdict_so_far_and_the_burn(tmp
     clock = Clock()
     view = RunView("burn_in", burn_planned_s=600, clock=clock)
     view.handle(ev("runner_on_ok", "localhost", "Refuse typos", {"run_id": "20261201T000000Z-abcdef"}))
-    for host in ("node01", "node02", "node03"):
-        view.handle(ev("runner_on_start", host, "Stage | Enter facts"))
-        view.handle(ev("runner_on_ok", host, "Stage | Enter facts", {"ansible_facts": {"gpufleet_stage": "facts"}}))
-    view.handle(ev("runner_on_ok", "node01", "Stage | Enter burn", {"ansible_facts": {"gpufleet_stage": "burn"}}))
+    # A stage's first task runs once for the play (on its first node) and gives every node its stage.
+    nodes = ("node01", "node02", "node03")
+    view.handle(ev("runner_on_start", "node01", "Stage | Enter facts"))
+    view.handle(ev("runner_on_ok", "node01", "Stage | Enter facts",
+                   {"ansible_facts": {"gpufleet_stages": dict.fromkeys(nodes, "facts")}}))
+    view.handle(ev("runner_on_ok", "node01", "Stage | Enter burn",
+                   {"ansible_facts": {"gpufleet_stages": dict(dict.fromkeys(nodes, "facts"), node01="burn")}}))
     view.handle(ev("runner_on_ok", "node02", "Facts", {"verdict": "warn"}))
     view.handle(ev("runner_on_unreachable", "node03", "Facts", {"unreachable": True, "msg": "Connection refused"}))
     clock.now += 150  # a quarter of the planned burn
@@ -73,9 +76,10 @@ def test_the_live_view_shows_each_node_its_stage_verdict_so_far_and_the_burn(tmp
 def test_node_names_are_never_cut_other_columns_give_way(width, names):
     clock = Clock()
     view = RunView("burn_in", clock=clock)  # no planned burn given: the default's 10 minutes
+    view.handle(ev("runner_on_start", names[0], "Stage | Enter burn"))
+    view.handle(ev("runner_on_ok", names[0], "Stage | Enter burn",
+                   {"ansible_facts": {"gpufleet_stages": dict.fromkeys(names, "burn")}}))
     for host in names:
-        view.handle(ev("runner_on_start", host, "Stage | Enter burn"))
-        view.handle(ev("runner_on_ok", host, "Stage | Enter burn", {"ansible_facts": {"gpufleet_stage": "burn"}}))
         view.handle(ev("runner_on_ok", host, "Facts", {"verdict": "warn"}))
     clock.now += 150
     console = Console(record=True, width=width, force_terminal=False, color_system=None)
