@@ -25,8 +25,8 @@ MIN_ANSIBLE := ansible-core==2.17.*
 system-deps:
 	hack/system-deps
 
-# pip --no-compile: pip would byte-compile every file it installs (ansible's bundled collections, torch: 80 of the
-# set-up's CPU seconds); Python compiles the few hundred modules the suites import on first use instead, into the same
+# pip --no-compile: pip would byte-compile every file it installs (ansible's bundled collections, torch: about 60 of
+# the set-up's CPU seconds); Python compiles the modules the suites import on first use instead, into the same
 # __pycache__ (PYTHONDONTWRITEBYTECODE is unexported above).
 PIP_INSTALL := pip install -q --no-compile
 
