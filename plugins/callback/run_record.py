@@ -141,11 +141,12 @@ class CallbackModule(CallbackBase):
 
     def _write_interrupted(self):
         data = {}
+        shared = plain(self.play_facts)  # every host's, read as the run left them (never changed below)
         for host, recorded in self.hosts.items():
             if host == "localhost":
                 continue
             hv = self._inventory_values(host)
-            hv.update(plain(self.play_facts))
+            hv.update(shared)
             hv.update(plain(recorded))
             if not hv.get("gpufleet_completed"):
                 hv["gpufleet_interrupted"] = True
