@@ -112,7 +112,8 @@ class ActionModule(ActionBase):
             result["msg"] = "check mode: report judged, no files written"
         else:
             try:
-                written = report.write_report(doc, report_dir, latest=args["latest_link"], inputs=data)
+                written = report.write_report(doc, report_dir, latest=args["latest_link"], inputs=data,
+                                              validate=False)  # validated above
             except (OSError, report.ReportError) as exc:
                 run_guard.release_lock(report_dir, doc["run_id"])
                 fallback = _fallback(doc)

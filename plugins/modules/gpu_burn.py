@@ -94,6 +94,24 @@ options:
             passes the inventory's (filter C(kentino.gpufleet.check_thresholds)), so the node judges the samples as the
             fleet report does.
         type: dict
+  ib_ports:
+    description:
+      - Read the node's InfiniBand ports (M(kentino.gpufleet.ib_ports)'s check) just before the burn and again when it
+        ends, with the first read as the baseline; the error counters' rise under load, port by port, comes back in
+        RV(ib_ports), judged with these thresholds. Read also when gpu_burn does not run (missing, check mode), so a
+        port that is down is still seen.
+      - Omit to leave InfiniBand out.
+    type: dict
+    suboptions:
+      root:
+        description: The kernel's InfiniBand class directory.
+        type: path
+        default: /sys/class/infiniband
+      thresholds:
+        description:
+          - The InfiniBand judge's thresholds by their inventory names, as in M(kentino.gpufleet.ib_ports)'s
+            O(kentino.gpufleet.ib_ports#module:thresholds).
+        type: dict
 notes:
   - O(executable) defaults to C(gpu_burn), then C(gpu-burn), on E(PATH) or in C(/opt/gpufleet/bin), where the
     C(kentino.gpufleet.validation_tools) role installs it.
@@ -234,6 +252,13 @@ sampling:
       own verdict, reasons and evidence). The burn-in registers it as the gpu_sample result.
   returned: when O(sample) was given and gpu_burn ran
   type: dict
+ib_ports:
+  description:
+    - With O(ib_ports), the second read of the ports in M(kentino.gpufleet.ib_ports)'s result shape (ports, baseline,
+      problems, root, not_run, and that check's own verdict, reasons and evidence). The burn-in registers it as the
+      ib_ports result.
+  returned: when O(ib_ports) was given
+  type: dict
 """
 
 import os
@@ -241,7 +266,12 @@ import re
 import threading
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils import gpu_sampling, judge_gpu_burn, judge_samples
+from ansible_collections.kentino.gpufleet.plugins.module_utils import (
+    gpu_sampling,
+    ib_check,
+    judge_gpu_burn,
+    judge_samples,
+)
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
@@ -326,6 +356,24 @@ class SamplerThread:
         return result
 
 
+class PortsAroundLoad:
+    """The InfiniBand ports check around the burn (option ib_ports): read when made, again at the end with the first
+    read's ports as the baseline."""
+
+    def __init__(self, module, options, host):
+        problem = ib_check.root_error(options["root"])
+        if problem:
+            module.fail_json(msg="ib_ports." + problem)
+        self.t = given_thresholds(module, given=options["thresholds"] or {})
+        self.root = options["root"]
+        self.host = host
+        self.before = ib_check.read(self.root)
+
+    def after(self):
+        """The second read, judged (ib_ports' result shape)."""
+        return ib_check.judged(ib_check.read(self.root, self.before["ports"]), self.t, self.host)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=check_argument_spec(
@@ -344,6 +392,10 @@ def main():
                 ecc_corrected_rise=dict(type="int", default=1),
                 thresholds=dict(type="dict"),
             )),
+            ib_ports=dict(type="dict", options=dict(
+                root=dict(type="path", default=ib_check.ROOT),
+                thresholds=dict(type="dict"),
+            )),
             **LEASE_OPTIONS
         ),
         supports_check_mode=True,
@@ -358,12 +410,15 @@ def main():
         module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
     timeout = resolve_timeout(module, params["duration"] + 120)
     check = ToolCheck(module, judge_gpu_burn.judge)
+    ports = PortsAroundLoad(module, params["ib_ports"], check.host) if params["ib_ports"] is not None else None
 
     def finish(obs):
         expected = params["expected_gpus"]
         if expected is None and obs.get("gpu_map") is not None:
             expected = len(obs["gpu_map"])
         obs["expected_gpus"] = expected
+        if ports is not None:
+            obs["ib_ports"] = ports.after()
         check.finish(obs, expected_gpus=expected)
 
     executable, missing = check.find(("gpu_burn", "gpu-burn"))

@@ -89,10 +89,8 @@ problems:
   elements: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils import ib_sysfs, judge_ib
+from ansible_collections.kentino.gpufleet.plugins.module_utils import ib_check, judge_ib
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     THRESHOLD_OPTIONS,
     exit_check,
@@ -103,31 +101,19 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(root=dict(type="path", default=ib_sysfs.ROOT),
+        argument_spec=dict(root=dict(type="path", default=ib_check.ROOT),
                            baseline=dict(type="list", elements="dict"), **THRESHOLD_OPTIONS),
         supports_check_mode=True,
     )
-    if not os.path.isabs(module.params["root"]) or any(ord(c) < 32 for c in module.params["root"]):
-        module.fail_json(msg="root: %r is not an absolute path (gpufleet_ib_sysfs_root, e.g. /sys/class/infiniband)"
-                         % module.params["root"])
+    problem = ib_check.root_error(module.params["root"])
+    if problem:
+        module.fail_json(msg=problem)
     t = given_thresholds(module)
     try:
-        baseline = ib_sysfs.counters_by_port(module.params["baseline"])
+        obs = ib_check.read(module.params["root"], module.params["baseline"])
     except ValueError as exc:
         module.fail_json(msg="baseline: %s (pass the ports of an earlier ib_ports read)" % exc)
-    obs = ib_sysfs.read_ports(module.params["root"])
-    obs.update(root=module.params["root"], baseline=baseline, not_run=None)
-    if not obs["ports"] and not _hcas(module.params["root"]):
-        obs["not_run"] = "%s: %s" % (judge_ib.NO_INFINIBAND,
-            "; ".join(p["message"] for p in obs["problems"]) or "%s has no HCA" % module.params["root"])
     exit_check(module, obs, judge_ib.judge(obs, t, node_name()))
-
-
-def _hcas(root):
-    try:
-        return os.listdir(root)
-    except OSError:
-        return []
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """kentino.gpufleet.gpu_burn run as Ansible runs it, against stand-in gpu_burn scripts."""
 
 import os
+import shutil
 import time
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn, judge_samples
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn, judge_ib, judge_samples
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import node_name
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULTS
 from helpers.module_runner import REPO, run_module
@@ -206,3 +207,41 @@ def test_sampling_interval_must_be_positive(standin):
     tool = standin("gpu_burn", "gpu_burn", "healthy_2gpu.log")
     result = run_module("gpu_burn", {"executable": str(tool.path), "duration": 60, "sample": {"interval": 0}})
     assert result.get("failed") and "sample.interval must be a positive number" in result["msg"]
+
+
+IB = REPO / "tests" / "fixtures" / "ib" / "sysfs"
+IB_T = {"gpufleet_ib_expected_rate_gbps": 400, "gpufleet_ib_expected_width": 4}
+
+
+def test_infiniband_ports_read_around_the_load_in_the_same_job(tmp_path, contract):
+    """Option ib_ports: the first read before gpu_burn starts, the second after it ends (here the load itself moves the
+    counters: a stand-in that swaps in the after-load tree), judged as kentino.gpufleet.ib_ports judges them."""
+    root = tmp_path / "infiniband"
+    shutil.copytree(IB / "ndr_ok", root)
+    log = REPO / "tests" / "fixtures" / "gpu_burn" / "healthy_2gpu.log"
+    burn = tmp_path / "gpu_burn"
+    burn.write_text('#!/bin/sh\nrm -rf "%s" && cp -r "%s" "%s"\ncat "%s"\n' % (root, IB / "ndr_after_load", root, log))
+    burn.chmod(0o755)
+    result = run_module("gpu_burn", {"executable": str(burn), "duration": 60, "expected_gpus": 2,
+                                     "ib_ports": {"root": str(root), "thresholds": IB_T}}, env={"PATH": SAFE_PATH})
+    assert result["verdict"] == "pass", result["reasons"]
+    ports = result["ib_ports"]
+    findings = contract("ib_ports", ports, judge_ib.judge, IB_T)
+    assert [f["code"] for f in findings] == ["IB_LINK_FLAPPED", "IB_ERRORS_RISING"]
+    assert ports["verdict"] == "fail" and sorted(ports["baseline"]) == ["mlx5_0/1", "mlx5_1/1"]
+    judge, t, kwargs = _burn_judge(result)
+    assert contract("gpu_burn", result, judge, t, **kwargs) == []
+
+
+def test_infiniband_ports_are_read_when_gpu_burn_cannot_run(tmp_path):
+    """A missing gpu_burn still gets the ports judged (a port that is down shows), and a node without InfiniBand gets
+    the check skipped with the reason; a relative root is refused naming the option."""
+    missing = run_module("gpu_burn", {"duration": 60, "ib_ports": {"root": str(IB / "ndr_ok")}},
+                         env={"PATH": SAFE_PATH})
+    assert missing["tool"]["error"] and missing["ib_ports"]["verdict"] == "pass"
+    none = run_module("gpu_burn", {"duration": 60, "ib_ports": {"root": str(tmp_path / "absent")}},
+                      env={"PATH": SAFE_PATH})
+    assert none["ib_ports"]["verdict"] == "skipped" and "no InfiniBand" in none["ib_ports"]["not_run"]
+    relative = run_module("gpu_burn", {"duration": 60, "ib_ports": {"root": "sys/class/infiniband"}},
+                          env={"PATH": SAFE_PATH})
+    assert relative.get("failed") and relative["msg"].startswith("ib_ports.root: 'sys/class/infiniband' is not")
