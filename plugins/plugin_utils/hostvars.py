@@ -62,36 +62,52 @@ def _plain_raw(value, depth=0):
     raise _Templated()
 
 
-def _raw_vars(hostvars, host):
-    """The host's variables before templating (HostVars.raw_get), or {} where there is no such thing to read."""
-    if is_trusted_as_template is None or not hasattr(hostvars, "raw_get"):
-        return {}
-    try:
-        raw = hostvars.raw_get(host)
-    except Exception:
-        return {}
-    return raw if isinstance(raw, Mapping) else {}
+class _Host:
+    """One host's variables: read from HostVars.raw_get where that is possible (one variable lookup for the host),
+    through the templated view hostvars[host] (made only when a value needs it) otherwise."""
 
+    def __init__(self, hostvars, host):
+        self.hostvars, self.host, self._templated = hostvars, host, None
+        self.raw = None
+        if is_trusted_as_template is not None and hasattr(hostvars, "raw_get"):
+            try:
+                raw = hostvars.raw_get(host)
+            except Exception:
+                raw = None
+            self.raw = raw if isinstance(raw, Mapping) else None  # an unknown host: a Marker, read below as before
+        if self.raw is None:
+            self.templated()  # raises for a host that is not in the inventory
 
-def _read(hv, raw, key):
-    if key in raw:
-        try:
-            return _plain_raw(raw[key])
-        except _Templated:
-            pass
-    return plain(hv[key])
+    def templated(self):
+        if self._templated is None:
+            self._templated = self.hostvars[self.host]
+        return self._templated
+
+    def keys(self):
+        return list((self.raw if self.raw is not None else self.templated()).keys())
+
+    def __contains__(self, name):
+        return name in (self.raw if self.raw is not None else self.templated())
+
+    def read(self, key):
+        if self.raw is not None and key in self.raw:
+            try:
+                return _plain_raw(self.raw[key])
+            except _Templated:
+                pass
+        return plain(self.templated()[key])
 
 
 def host_value(hostvars, host, name):
     """One variable of a host as plain data; None when unset; {"failed": True, "msg"} when it does not template."""
     try:
-        hv = hostvars[host]
+        hv = _Host(hostvars, host)
     except Exception:
         return None
     try:
         if name not in hv:
             return None
-        return _read(hv, _raw_vars(hostvars, host), name)
+        return hv.read(name)
     except Exception as exc:
         return {"failed": True, "msg": "could not read %s of %s: %s" % (name, host, exc)}
 
@@ -99,20 +115,19 @@ def host_value(hostvars, host, name):
 def read_host(hostvars, host):
     """The gpufleet_* variables and gpufleet_* facts of one host as plain data; unreadable values become errors."""
     try:
-        hv = hostvars[host]
+        hv = _Host(hostvars, host)
     except Exception:  # not in the inventory: reported as never reached
         return {}
     out = {}
     try:
-        keys = list(hv.keys())
+        keys = hv.keys()
     except Exception:
         keys = []
-    raw = _raw_vars(hostvars, host)
     for key in keys:
         if not isinstance(key, str) or not (key.startswith(PREFIX) or key == "ansible_facts"):
             continue
         try:
-            value = _read(hv, raw, key)
+            value = hv.read(key)
             if key == "ansible_facts":
                 value = {k: v for k, v in value.items() if str(k).startswith(PREFIX)}
             out[key] = value

@@ -19,6 +19,7 @@ class HostVars(dict):
         super().__init__()
         self.raw = raw
         self.templated = []
+        self.lookups = []
         outer = self
 
         class Vars(dict):
@@ -29,7 +30,12 @@ class HostVars(dict):
         self["n1"] = Vars(raw)
 
     def raw_get(self, host):
+        self.lookups.append("raw_get")
         return self.raw if host == "n1" else None
+
+    def __getitem__(self, host):
+        self.lookups.append("hostvars[%s]" % host)  # each one is a variable lookup for the host
+        return dict.__getitem__(self, host)
 
 
 def test_results_are_read_raw_and_templates_through_the_templar():
@@ -50,7 +56,10 @@ def test_results_are_read_raw_and_templates_through_the_templar():
     assert out["gpufleet_checkpoint_path"] == "rendered" and out["gpufleet_listed"] == [1, "rendered"]
     assert out["gpufleet_text"] == raw["gpufleet_text"] and out["gpufleet_stage"] == "done"
     assert out["ansible_facts"] == {"gpufleet_gpus": [{"index": 0}]} and "unrelated" not in out
+    assert hv.lookups == ["raw_get", "hostvars[n1]"]  # the templated view once, for both templates
     assert host_value(hv, "n1", "gpufleet_stage") == "done" and host_value(hv, "n1", "nope") is None
+    assert hv.lookups[2:] == ["raw_get", "raw_get"]  # data only: no templated view made
+    assert read_host(hv, "n9") == {}  # not in the inventory
 
 
 def test_a_value_the_templar_cannot_read_is_still_an_error_naming_it():
