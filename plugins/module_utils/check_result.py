@@ -51,11 +51,17 @@ def node_name():
     return socket.gethostname().split(".")[0] or "this node"
 
 
-def exit_check(module, observations, findings):
-    """Exit with the observations and the node's verdict from the judge's findings."""
+def judged(observations, findings):
+    """The observations with the node's verdict, reasons and evidence from the judge's findings (a check's result)."""
     result = dict(observations)
     result.setdefault("not_run", None)
     result.update(module_fields(findings, result["not_run"]))
+    return result
+
+
+def exit_check(module, observations, findings):
+    """Exit with the observations and the node's verdict from the judge's findings."""
+    result = judged(observations, findings)
     result["changed"] = False
     module.exit_json(**result)
 

@@ -10,8 +10,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils import ib_sysfs, judge_ib
-from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
+from ansible_collections.kentino.gpufleet.plugins.module_utils import check_result, ib_sysfs, judge_ib
 
 ROOT = ib_sysfs.ROOT
 
@@ -43,6 +42,4 @@ def read(root, baseline_ports=None):
 
 def judged(obs, thresholds, host):
     """The observations with the node's own verdict, reasons and evidence (the module's result)."""
-    result = dict(obs)
-    result.update(module_fields(judge_ib.judge(obs, thresholds, host), obs["not_run"]))
-    return result
+    return check_result.judged(obs, judge_ib.judge(obs, thresholds, host))
