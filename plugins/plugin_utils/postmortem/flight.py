@@ -22,6 +22,13 @@ from __future__ import annotations
 
 from array import array
 
+# Collectives in which every member's data reaches every other (torch's profiling names, after "nccl:"/"gloo:"): one
+# completed anywhere was joined by every member.
+ALL_MEMBERS = frozenset(("all_reduce", "allreduce", "all_reduce_barrier", "all_reduce_coalesced", "allreduce_coalesced",
+                         "sparse_all_reduce", "all_gather", "allgather", "_allgather_base", "_all_gather_base",
+                         "all_gather_coalesced", "allgather_coalesced", "all_gather_into_tensor_coalesced",
+                         "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
+                         "reduce_scatter_tensor_coalesced", "all_to_all", "alltoall", "alltoall_base", "barrier"))
 STRENGTH = {"never_joined": 3, "late_joined": 3, "mismatch": 3, "not_started": 2, "missing_dump": 1, "refused_dump": 1}
 
 
@@ -122,7 +129,10 @@ class FlightAccumulator:
         known = [s for s in status.values() if s["last_completed"] is not None and s["last_enqueued"] is not None]
         if not known:
             return group
-        stuck = min(s["last_completed"] for s in known) + 1
+        # A rank's completion record can lag its work: a gloo rank that went to sleep right after enqueuing #4 recorded
+        # #2 as its last completed, though ranks 0 and 2 had completed #3 and #4, which cannot complete without it (a
+        # loaded machine, 1 run in ~10). A collective every member feeds, completed on any rank, proves all joined it.
+        stuck = max(min(s["last_completed"] for s in known), self._joined_by_all(key, status)) + 1
         if not any(s["last_enqueued"] >= stuck for s in known):
             # everything enqueued was completed: idle, not stuck, unless a rank came to the last collective late
             last = max(s["last_enqueued"] for s in known)
@@ -157,6 +167,18 @@ class FlightAccumulator:
         group["late_joined"] = _late(at)
         group["culprits"] = self._culprits(group, at)
         return group
+
+    def _joined_by_all(self, key, status):
+        """The highest sequence number of a collective that some rank completed and that needs every member's data
+        (all_reduce, all_gather, ...: not broadcast, whose root may finish before the others arrive). -1: none."""
+        best = -1
+        for rank, st in status.items():
+            done = st["last_completed"]
+            if done is None or done <= best:
+                continue
+            pg = (self.ranks.get(rank) or {}).get("pgs", {}).get(key) or {}
+            best = max([best] + [e["seq"] for e in pg.get("entries", ()) if e["seq"] <= done and e["op"] in ALL_MEMBERS])
+        return best
 
     @staticmethod
     def _late_culprits(group, at, seq):

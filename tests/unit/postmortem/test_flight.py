@@ -1,6 +1,7 @@
 """Cross-rank analysis of flight-recorder dumps built in the NCCL format (versions 2.4 and 2.10)."""
 
 import pickle
+from pathlib import Path
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.postmortem.flight import analyse_dumps
@@ -117,3 +118,33 @@ def test_worker_processes_give_the_same_analysis():
     assert parallel["workers"]["processes"] >= 1 and parallel["workers"]["peak_rss_mb"] > 0
     serial.pop("workers"), parallel.pop("workers")
     assert parallel == serial
+
+
+STALE = Path(__file__).resolve().parents[2] / "fixtures" / "torch" / "gloo_stale_completion_recorded"
+
+
+def _recorded(path, op=None):
+    for rank in range(3):
+        dump = pickle.loads((path / ("nccl_trace_rank_%d" % rank)).read_bytes())
+        if op:
+            for entry in dump["entries"]:
+                entry["profiling_name"] = "gloo:" + op
+        yield rank, "nccl_trace_rank_%d" % rank, pickle.dumps(dump, protocol=2)
+
+
+def test_a_lagging_completion_record_does_not_hide_the_rank_that_never_joined():
+    """Recorded (a real gloo job on a loaded machine): rank 1 slept after enqueuing all_reduce #4 and recorded #2 as its
+    last completed, while ranks 0 and 2 completed #4, which needs rank 1's data. The stuck collective is #5, which rank 1
+    never joined; read by its lowest completion it was #3, joined by everyone, and the post-mortem fell back to the logs."""
+    a = analyse_dumps(_recorded(STALE), world_size=3)
+    group = a["groups"][0]
+    assert group["status"][1]["last_completed"] == 2 and group["status"][0]["last_completed"] == 4
+    assert group["stuck_seq"] == 5 and group["never_joined"] == [1]
+    assert [(c["rank"], c["basis"], c["seq"]) for c in a["culprits"]] == [(1, "never_joined", 5)]
+
+
+def test_a_broadcast_completed_elsewhere_proves_nothing_about_the_others():
+    """A broadcast's root may finish before the others arrive: the same records with broadcasts keep the lowest
+    completion (#3, which every rank enqueued), and name no rank from the dumps."""
+    group = analyse_dumps(_recorded(STALE, op="broadcast"), world_size=3)["groups"][0]
+    assert group["stuck_seq"] == 3 and group["never_joined"] == []
