@@ -131,8 +131,9 @@ class FlightAccumulator:
             return group
         # A rank's completion record can lag its work: a gloo rank that went to sleep right after enqueuing #4 recorded
         # #2 as its last completed, though ranks 0 and 2 had completed #3 and #4, which cannot complete without it (a
-        # loaded machine, 1 run in ~10). A collective every member feeds, completed on any rank, proves all joined it.
-        stuck = max(min(s["last_completed"] for s in known), self._joined_by_all(key, status)) + 1
+        # loaded machine, 1 run in ~10). A collective every member feeds and enqueued, completed on any rank, was
+        # joined by all: the stuck one lies beyond it.
+        stuck = max(min(s["last_completed"] for s in known), self._joined_by_all(key, members, status)) + 1
         if not any(s["last_enqueued"] >= stuck for s in known):
             # everything enqueued was completed: idle, not stuck, unless a rank came to the last collective late
             last = max(s["last_enqueued"] for s in known)
@@ -168,12 +169,17 @@ class FlightAccumulator:
         group["culprits"] = self._culprits(group, at)
         return group
 
-    def _joined_by_all(self, key, status):
-        """The highest sequence number of a collective that some rank completed and that needs every member's data
-        (all_reduce, all_gather, ...: not broadcast, whose root may finish before the others arrive). -1: none."""
+    def _joined_by_all(self, key, members, status):
+        """The highest sequence number of a collective that every member enqueued, some rank completed, and that
+        needs every member's data (all_reduce, all_gather, ...: not broadcast, whose root may finish before the others
+        arrive). Enqueued by all, because gloo also marks a collective that timed out completed: rank 0's record said
+        #5 completed while rank 1 never enqueued #5 (recorded). -1: none, or a member's record is missing."""
+        if any(status.get(r, {}).get("last_enqueued") is None for r in members):
+            return -1
+        reach = min(status[r]["last_enqueued"] for r in members)
         best = -1
         for rank, st in status.items():
-            done = st["last_completed"]
+            done = None if st["last_completed"] is None else min(st["last_completed"], reach)
             if done is None or done <= best:
                 continue
             pg = (self.ranks.get(rank) or {}).get("pgs", {}).get(key) or {}

@@ -120,7 +120,9 @@ def test_worker_processes_give_the_same_analysis():
     assert parallel == serial
 
 
-STALE = Path(__file__).resolve().parents[2] / "fixtures" / "torch" / "gloo_stale_completion_recorded"
+RECORDED = Path(__file__).resolve().parents[2] / "fixtures" / "torch"
+STALE = RECORDED / "gloo_stale_completion_recorded"
+TIMED_OUT = RECORDED / "gloo_timeout_completed_recorded"
 
 
 def _recorded(path, op=None):
@@ -141,6 +143,14 @@ def test_a_lagging_completion_record_does_not_hide_the_rank_that_never_joined():
     assert group["status"][1]["last_completed"] == 2 and group["status"][0]["last_completed"] == 4
     assert group["stuck_seq"] == 5 and group["never_joined"] == [1]
     assert [(c["rank"], c["basis"], c["seq"]) for c in a["culprits"]] == [(1, "never_joined", 5)]
+
+
+def test_a_timed_out_collective_marked_completed_does_not_hide_the_rank_that_never_joined():
+    """Recorded (the same job, another run under a CPU hog): gloo marked the all_reduce #5 that timed out completed on
+    rank 0, which rank 1 never enqueued. Completed is not joined by all: #5 stays the stuck one, rank 1 never joined."""
+    group = analyse_dumps(_recorded(TIMED_OUT), world_size=3)["groups"][0]
+    assert group["status"][0]["last_completed"] == 5 and group["status"][1]["last_enqueued"] == 4
+    assert group["stuck_seq"] == 5 and group["never_joined"] == [1]
 
 
 def test_a_broadcast_completed_elsewhere_proves_nothing_about_the_others():
