@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 
 # Collectives in which every member's data reaches every other (torch's profiling names, after "nccl:"/"gloo:"): one
-# completed anywhere was joined by every member.
+# that every member enqueued and any rank completed was joined by every member (_joined_by_all).
 ALL_MEMBERS = frozenset(("all_reduce", "allreduce", "all_reduce_barrier", "all_reduce_coalesced", "allreduce_coalesced",
                          "sparse_all_reduce", "all_gather", "allgather", "_allgather_base", "_all_gather_base",
                          "all_gather_coalesced", "allgather_coalesced", "all_gather_into_tensor_coalesced",
