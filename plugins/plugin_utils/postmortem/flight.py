@@ -114,7 +114,7 @@ class FlightAccumulator:
     def _group(self, key, name, desc, members):
         status = {}
         for rank in members:
-            pg = (self.ranks.get(rank) or {}).get("pgs", {}).get(key)
+            pg = self._pg(rank, key)
             if pg is not None:
                 status[rank] = {"last_enqueued": pg["last_enqueued"], "last_started": pg["last_started"],
                                 "last_completed": pg["last_completed"], "source": pg["status_source"]}
@@ -179,11 +179,12 @@ class FlightAccumulator:
         reach = min(status[r]["last_enqueued"] for r in members)
         best = -1
         for rank, st in status.items():
-            done = None if st["last_completed"] is None else min(st["last_completed"], reach)
-            if done is None or done <= best:
+            if st["last_completed"] is None:
                 continue
-            pg = (self.ranks.get(rank) or {}).get("pgs", {}).get(key) or {}
-            best = max([best] + [e["seq"] for e in pg.get("entries", ()) if e["seq"] <= done and e["op"] in ALL_MEMBERS])
+            done = min(st["last_completed"], reach)
+            if done > best:
+                best = max([best] + [e["seq"] for e in (self._pg(rank, key) or {}).get("entries", ())
+                                     if e["seq"] <= done and e["op"] in ALL_MEMBERS])
         return best
 
     @staticmethod
@@ -200,9 +201,12 @@ class FlightAccumulator:
                               (at[rank]["time_created_ns"] - at[first]["time_created_ns"]) / 1e9, first,
                               _seconds(at[first]["timeout_ms"]), _short(on_time))} for rank in late]
 
+    def _pg(self, rank, key):
+        """What rank's dump holds for process group key (None: no dump, or not a member there)."""
+        return (self.ranks.get(rank) or {}).get("pgs", {}).get(key)
+
     def _entry(self, rank, key, seq):
-        pg = (self.ranks.get(rank) or {}).get("pgs", {}).get(key)
-        for entry in (pg or {}).get("entries", ()):
+        for entry in (self._pg(rank, key) or {}).get("entries", ()):
             if entry["seq"] == seq:
                 return entry
         return None

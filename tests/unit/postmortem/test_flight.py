@@ -126,12 +126,13 @@ TIMED_OUT = RECORDED / "gloo_timeout_completed_recorded"
 
 
 def _recorded(path, op=None):
-    for rank in range(3):
-        dump = pickle.loads((path / ("nccl_trace_rank_%d" % rank)).read_bytes())
-        if op:
+    """The three recorded dumps as items() gives them, each entry relabelled op when op is given."""
+    dumps = {rank: pickle.loads((path / ("nccl_trace_rank_%d" % rank)).read_bytes()) for rank in range(3)}
+    if op:
+        for dump in dumps.values():
             for entry in dump["entries"]:
                 entry["profiling_name"] = "gloo:" + op
-        yield rank, "nccl_trace_rank_%d" % rank, pickle.dumps(dump, protocol=2)
+    return items(dumps)
 
 
 def test_a_lagging_completion_record_does_not_hide_the_rank_that_never_joined():
