@@ -22,9 +22,9 @@ time.monotonic, as on a real node. The collection never imports this file; files
 (not os.open) and other clocks (time.time, perf_counter) are not simulated.
 """
 
-import json
+import _thread
 import os
-import threading
+import sys
 import time
 
 ENV_STATE = "GPUFLEET_SIM_STATE"
@@ -47,6 +47,15 @@ def speeds(scenario):
     return tuple(out)
 
 
+def on_drive(directory, path):
+    """Whether path is the drive's directory (a realpath) or inside it."""
+    try:
+        real = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return False
+    return real == directory or real.startswith(directory + os.sep)
+
+
 class Drive:
     """The clock and the descriptors of one process (the wrapped functions call into it)."""
 
@@ -58,7 +67,7 @@ class Drive:
         self.fds = set()
         self.offset = 0.0  # outside a session: clock = real - offset
         self.session = None  # [clock at the session's start, drive seconds since]
-        self.lock = threading.Lock()
+        self.lock = _thread.allocate_lock()
 
     def clock(self):
         with self.lock:
@@ -71,11 +80,7 @@ class Drive:
             return value
 
     def on_drive(self, path):
-        try:
-            real = os.path.realpath(os.fsdecode(path))
-        except (TypeError, ValueError):
-            return False
-        return real == self.directory or real.startswith(self.directory + os.sep)
+        return on_drive(self.directory, path)
 
     def opened(self, fd):
         with self.lock:
@@ -94,41 +99,75 @@ class Drive:
 
 
 def install(environ=None):
-    """Wrap os and time for the simulated node of this environment; returns the Drive, or None when this process is
-    not on a simulated node (no state directory or scenario in the environment)."""
+    """Wrap os and time for the simulated node of this environment; returns the Installed wrapper state, or None when
+    this process is not on a simulated node (no state directory or scenario in the environment).
+
+    Every Python process of a node starts here, and most (the stand-ins, most module runs) never touch the drive: the
+    scenario is read, and the Drive made, at the first descriptor opened on the drive. Until then the wrappers pass
+    through and the clock is the real one (the Drive's clock starts as the real one too). A bad speed in the scenario
+    is then said by the process that would use it, which measures this machine's disk instead."""
     env = os.environ if environ is None else environ
     state, spec = env.get(ENV_STATE), env.get(ENV_SCENARIO)
     if not state or not spec:
         return None
-    from .scenario import resolve_path
-
-    with open(resolve_path(spec)) as fh:
-        write, read = speeds(json.load(fh))
-    drive = Drive(os.path.join(state, "checkpoint"), write, read)
-    real_open, real_close, real_write, real_read = os.open, os.close, os.write, os.read
+    inst = Installed(os.path.join(state, "checkpoint"), spec)
+    real_open, real_close, real_write, real_read, real_monotonic = os.open, os.close, os.write, os.read, time.monotonic
 
     def sim_open(path, flags, mode=0o777, *, dir_fd=None):
         fd = real_open(path, flags, mode, dir_fd=dir_fd)
-        if dir_fd is None and drive.on_drive(path):
-            drive.opened(fd)
+        if dir_fd is None and on_drive(inst.directory, path):
+            drive = inst.drive()
+            if drive is not None:
+                drive.opened(fd)
         return fd
 
     def sim_close(fd):
         try:
             real_close(fd)
         finally:
-            drive.closed(fd)
+            if inst.made:
+                inst.made.closed(fd)
 
     def sim_write(fd, data):
         count = real_write(fd, data)
-        drive.moved(fd, count, drive.write_s_per_byte)
+        if inst.made:
+            inst.made.moved(fd, count, inst.made.write_s_per_byte)
         return count
 
     def sim_read(fd, n):
         data = real_read(fd, n)
-        drive.moved(fd, len(data), drive.read_s_per_byte)
+        if inst.made:
+            inst.made.moved(fd, len(data), inst.made.read_s_per_byte)
         return data
 
+    def sim_monotonic():
+        return inst.made.clock() if inst.made else real_monotonic()
+
     os.open, os.close, os.write, os.read = sim_open, sim_close, sim_write, sim_read
-    time.monotonic = drive.clock
-    return drive
+    time.monotonic = sim_monotonic
+    return inst
+
+
+class Installed:
+    """What install() wrapped: the drive's directory and scenario, and the Drive once a descriptor opened on it."""
+
+    def __init__(self, directory, spec):
+        self.directory = os.path.realpath(directory)
+        self.spec = spec
+        self.made = None  # the Drive; False when the scenario's speeds could not be read
+        self.real_clock = time.monotonic
+
+    def drive(self):
+        if self.made is None:
+            try:
+                import json
+
+                from .scenario import resolve_path
+
+                with open(resolve_path(self.spec)) as fh:
+                    write, read = speeds(json.load(fh))
+                self.made = Drive(self.directory, write, read, real_clock=self.real_clock)
+            except Exception as exc:  # never stop the process that opened the file
+                sys.stderr.write("gpufleet-sim: the simulated checkpoint drive is off: %s\n" % exc)
+                self.made = False
+        return self.made or None
