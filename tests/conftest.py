@@ -39,13 +39,15 @@ _stand_in_python3()
 def _shared_module_payloads():
     """ansible-playbook runs started by the tests reuse the module payloads earlier runs built (tests/controller_site,
     tests/helpers/module_payloads.py): a fifth of the suites' CPU was ansible building the same payloads again.
-    GPUFLEET_TEST_ANSIBALLZ_CACHE=off: every run builds its own, as a user's does."""
+    GPUFLEET_TEST_ANSIBALLZ_CACHE=off: every run builds its own, and every module compiles its code, as a user's do."""
     from helpers.module_payloads import cache_dir
 
     if os.environ.get("GPUFLEET_TEST_ANSIBALLZ_CACHE") == "off":
         del os.environ["GPUFLEET_TEST_ANSIBALLZ_CACHE"]
         return
     os.environ["GPUFLEET_TEST_ANSIBALLZ_CACHE"] = str(cache_dir(REPO / "plugins", REPO / "tests" / "output" / "ansiballz"))
+    # ... and the modules those runs start on this machine reuse their compiled code (controller_site/sitecustomize.py).
+    os.environ["GPUFLEET_TEST_MODULE_CODE_CACHE"] = str(REPO / "tests" / "output" / "module-code")
     site = str(REPO / "tests" / "controller_site")
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if site not in parts:

@@ -9,6 +9,8 @@ own cache (its lock, its atomic writes), shared by the runs of the test sessions
 payload names its directory: the collection's plugins (tests/conftest.py hashes them into the variable's value), then
 here the running ansible-core's version and the Python's, so a changed module is never served from it. Anything
 unexpected leaves ansible as it is.
+
+With GPUFLEET_TEST_MODULE_CODE_CACHE set, the modules those runs start here keep their compiled code too (below).
 """
 import os
 import sys
@@ -57,3 +59,25 @@ def _link(module_common, shared):
 
 if os.environ.get("GPUFLEET_TEST_ANSIBALLZ_CACHE"):
     sys.meta_path.insert(0, _LinkCacheAfterImport(os.environ["GPUFLEET_TEST_ANSIBALLZ_CACHE"]))
+
+
+def _module_code_cache(cache_dir):
+    """The modules these runs start on the local connection reuse what they compiled before: the simulated fleet's
+    module code cache (sim/gpufleet_sim/module_code_cache.py, only sources from an AnsiballZ payload, keyed by their
+    hash), which a simulated node installs through its own sitecustomize. Loaded by path: nothing else of the
+    simulator becomes importable."""
+    try:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "sim",
+                            "gpufleet_sim", "module_code_cache.py")
+        spec = importlib.util.spec_from_file_location("_gpufleet_test_module_code_cache", path)
+        cache = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cache)
+        cache.install(cache_dir)
+    except Exception:  # noqa: BLE001 - the module compiles its code itself, as without this
+        pass
+
+
+if os.environ.get("GPUFLEET_TEST_MODULE_CODE_CACHE"):
+    _module_code_cache(os.environ["GPUFLEET_TEST_MODULE_CODE_CACHE"])

@@ -51,7 +51,7 @@ def nine_node_wait(tmp_path_factory):
         job: "{{ __job }}"
         label: gpu_burn
         planned: 6
-        poll: 1
+        poll: 3
         progress_every: 3
 """)
     env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_NOCOLOR", "ANSIBLE_FORCE_COLOR")}
