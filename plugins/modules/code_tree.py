@@ -220,8 +220,6 @@ def run(module):
             if module.check_mode:
                 continue
             os.mkdir(path, dir_mode)
-        if module.check_mode and rel in created:
-            continue
         # Every directory gets the mode and ownership the tree asks for, as ansible.builtin.file state=directory would.
         module.set_mode_if_different(path, dir_mode, False)
         module.set_owner_if_different(path, p["owner"], False)
