@@ -118,6 +118,7 @@ import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kentino.gpufleet.plugins.module_utils.rma_evidence import sha256_of
 
 ARGUMENT_SPEC = dict(
     dest=dict(type="path", required=True),
@@ -154,14 +155,6 @@ def relative_parts(path):
     return parts
 
 
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _inside(root_real, path):
     real = os.path.realpath(path)
     return real == root_real or real.startswith(root_real + os.sep)
@@ -189,7 +182,7 @@ def plan(dest, files):
             if stat.S_ISDIR(st.st_mode):
                 raise ValueError("%s is a directory on the node, not a file" % target)
             if stat.S_ISREG(st.st_mode) and st.st_size == len(data):
-                need_write = _sha256(target) != hashlib.sha256(data).hexdigest()
+                need_write = sha256_of(target) != hashlib.sha256(data).hexdigest()
         entries.append((rel, parts, data, mode, need_write))
     dirs = set()
     for _rel, parts, _data, _mode, _write in entries:

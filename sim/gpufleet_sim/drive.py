@@ -111,7 +111,7 @@ def install(environ=None):
     if not state or not spec:
         return None
     inst = Installed(os.path.join(state, "checkpoint"), spec)
-    real_open, real_close, real_write, real_read, real_monotonic = os.open, os.close, os.write, os.read, time.monotonic
+    real_open, real_close, real_write, real_read = os.open, os.close, os.write, os.read
 
     def sim_open(path, flags, mode=0o777, *, dir_fd=None):
         fd = real_open(path, flags, mode, dir_fd=dir_fd)
@@ -141,7 +141,7 @@ def install(environ=None):
         return data
 
     def sim_monotonic():
-        return inst.made.clock() if inst.made else real_monotonic()
+        return inst.made.clock() if inst.made else inst.real_clock()
 
     os.open, os.close, os.write, os.read = sim_open, sim_close, sim_write, sim_read
     time.monotonic = sim_monotonic
@@ -155,7 +155,7 @@ class Installed:
         self.directory = os.path.realpath(directory)
         self.spec = spec
         self.made = None  # the Drive; False when the scenario's speeds could not be read
-        self.real_clock = time.monotonic
+        self.real_clock = time.monotonic  # taken before install() replaces it
 
     def drive(self):
         if self.made is None:
