@@ -28,6 +28,11 @@ def _findings(report):
             for n in report["nodes"]}
 
 
+def _check_errors(report):
+    """The messages of every CHECK_ERROR, to tell why a run differed (its report is gone with the test's tmp_path)."""
+    return [f["message"] for n in report["nodes"] for f in n["findings"] if f["code"] == "CHECK_ERROR"]
+
+
 def _inventory(tmp_path, scenarios):
     inv = tmp_path / "inv"
     subprocess.run([sys.executable, str(REPO / "sim" / "make_inventory.py"), "--out", str(inv), "--nodes",
@@ -44,7 +49,7 @@ def test_the_demo_twice_gives_the_same_findings(tmp_path, burn_in_run):
     first = burn_in_run
     second = run_playbook("burn_in", tmp_path / "b", extra={"gpufleet_fail_on": "never"})
     assert first[2] is not None and second[2] is not None, first[1][-3000:] + second[1][-3000:]
-    assert _findings(first[2]) == _findings(second[2])
+    assert _findings(first[2]) == _findings(second[2]), (_check_errors(first[2]), _check_errors(second[2]))
     assert first[2]["run_id"] != second[2]["run_id"]
 
 
