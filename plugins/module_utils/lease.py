@@ -121,6 +121,22 @@ def _is_async_wrapper(pid):
         return False
 
 
+def async_job_starting(jid):
+    """True while a process of Ansible's async wrapper for job `jid` (`<argv jid>.<wrapper pid>`) runs. The wrapper
+    answers "started" after 2.5 s at most, whether or not its daemonized child has written the job's status file yet:
+    on a loaded node the first poll can come before the file, and the job is starting, not lost."""
+    wanted = jid.rsplit(".", 1)[0].encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if wanted in argv and any(b"async_wrapper" in arg for arg in argv):
+            return True
+    return False
+
+
 def async_job_groups(pid=None):
     """[("module", pgid, None), ("async_wrapper", pgid, watcher pid)] of the async job running process `pid`.
 

@@ -76,7 +76,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease
+from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import Lease, async_job_starting
 
 
 def _ppid(pid):
@@ -139,9 +139,13 @@ def main():
             except OSError as exc:
                 module.fail_json(msg="cannot refresh the run's lease %s: %s" % (lease.path, exc))
         if not os.path.exists(path):
-            module.fail_json(msg="async job %s not found in %s (the node rebooted, or its status file was removed)"
-                             % (p["jid"], p["_async_dir"]), finished=True)
-        finished, data = read_job(path)
+            # Not written yet while its wrapper runs; looked for again after the scan (the wrapper may just have ended).
+            if not async_job_starting(p["jid"]) and not os.path.exists(path):
+                module.fail_json(msg="async job %s not found in %s (the node rebooted, or its status file was removed)"
+                                 % (p["jid"], p["_async_dir"]), finished=True)
+            finished, data = False, None
+        else:
+            finished, data = read_job(path)
         if finished:
             if p["cleanup"]:
                 try:

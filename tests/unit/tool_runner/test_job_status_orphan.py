@@ -54,3 +54,33 @@ def test_an_orphaned_poll_stops_at_once(tmp_path, through_shell):
     while time.monotonic() < deadline and _polls(args):
         time.sleep(0.2)
     assert not _polls(args), "the orphaned poll went on waiting (and refreshing the lease)"
+
+
+def _poll_once(tmp_path, jid):
+    """One job_status poll (2 s) of `jid` in an empty async directory: its JSON answer."""
+    jobs = tmp_path / "async"
+    jobs.mkdir(exist_ok=True)
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"jid": jid, "_async_dir": str(jobs), "wait": 2}}))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "collections"))
+    done = subprocess.run([sys.executable, str(MODULE), str(args)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    return json.loads(done.stdout)
+
+
+def test_a_job_whose_wrapper_has_not_written_its_status_yet_is_starting(tmp_path):
+    """Ansible's async wrapper answers "started" after 2.5 s at most, written or not: on a loaded node the first
+    poll can come first. While a wrapper process of the job runs, a missing status file is a job still starting."""
+    wrapper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "async_wrapper", "j4242",
+                                "600", "/tmp/module", "/tmp/args", "_"])
+    try:
+        answer = _poll_once(tmp_path, "j4242.%d" % wrapper.pid)
+    finally:
+        wrapper.kill()
+        wrapper.wait()
+    assert not answer.get("failed") and answer["finished"] is False, answer
+
+
+def test_a_job_with_no_status_file_and_no_wrapper_is_lost(tmp_path):
+    answer = _poll_once(tmp_path, "j4343.1")
+    assert answer.get("failed") and "not found" in answer["msg"], answer
