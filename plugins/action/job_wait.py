@@ -8,6 +8,7 @@ Documentation and the argument_spec live in plugins/modules/job_wait.py.
 from __future__ import annotations
 
 import math
+import posixpath
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -84,7 +85,12 @@ class ActionModule(ActionBase):
             # Started synchronously (check mode), skipped, or failed to start: that result is the job's result.
             result.update(job)
             return result
-        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        # Where the wrapper says it writes the job's status (it expands ~ with the module's environment, which need
+        # not be the home `~` expands to for the connection); an older answer without it: the configured directory.
+        if job.get("results_file"):
+            async_dir = posixpath.dirname(job["results_file"])
+        else:
+            async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         host = task_vars.get("inventory_hostname", "?")
         width = max([len(str(h)) for h in task_vars.get("ansible_play_batch") or []] + [len(host)])
         every = args["progress_every"]

@@ -56,12 +56,14 @@ PLAY = """
 """
 
 
-def _play(tmp_path, *args):
+def _play(tmp_path, *args, home=None):
     (tmp_path / "hosts.ini").write_text("[nodes]\n" + "".join(
         "node%d ansible_connection=local ansible_python_interpreter=%s\n" % (i, sys.executable) for i in (1, 2)))
     (tmp_path / "play.yml").write_text(PLAY)
     env = {k: v for k, v in os.environ.items() if k not in ("ANSIBLE_NOCOLOR", "ANSIBLE_FORCE_COLOR")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_INJECT_FACT_VARS="false")
+    if home is not None:
+        env["HOME"] = str(home)
     extra = {"state_dir": str(tmp_path / "state"), "out_dir": str(tmp_path)}
     proc = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(tmp_path / "hosts.ini"),
                            str(tmp_path / "play.yml"), "-e", json.dumps(extra)] + list(args), cwd=REPO, env=env,
@@ -87,3 +89,15 @@ def test_start_and_wait_in_one_task(tmp_path, mode):
             assert (tmp_path / "state" / "runs" / "run-1" / "lease").exists(), node
         assert refused["failed"] is True and "duration must be at least 1 second" in refused["msg"], refused
     assert "UNREACHABLE" not in output
+
+
+def test_the_wait_reads_the_job_where_the_wrapper_wrote_it(tmp_path):
+    """A controller whose HOME is not the user's home in the password database (sudo -E, a container, a CI job): the
+    async wrapper writes the job's status under $HOME, where `~` for the connection is the other home. The wait reads
+    the file the wrapper named, and the job ends as it did, not as "not found"."""
+    home = tmp_path / "home"
+    home.mkdir()
+    results, _output = _play(tmp_path, home=home)
+    for node, got in results.items():
+        assert got["job"]["finished"] is True and got["job"]["rc"] == 0, (node, got["job"])
+    assert (home / ".ansible_async").is_dir(), "the premise: the wrapper wrote under $HOME"
