@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.kentino.gpufleet.plugins.module_utils.cuda_errors import SYSTEM_NOT_READY, not_ready_action
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, judge_door
@@ -66,10 +68,13 @@ def _setup_errors(result, host):
         out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn could not use CUDA (%s)" % (host, line), action,
                            [line]))
     for line in result.get("init_failures") or []:
-        if ("compare kernel" in line or "compare.ptx" in line) and line not in seen:
+        if ("compare kernel" in line or "compare." in line) and line not in seen:
             seen.add(line)
+            # The file it looked for: compare.fatbin (gpu-burn since May 2026) or compare.ptx (before).
+            named = re.search(r"compare kernel: (\S+)", line)
             out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn cannot find its compare kernel (%s)" % (
-                host, line), "run it from the directory holding compare.ptx (option chdir) on %s" % host, [line]))
+                host, line), "run it from the directory holding %s (option chdir) on %s" % (
+                named.group(1) if named else "its compare kernel (compare.fatbin or compare.ptx)", host), [line]))
     if not result.get("frames"):
         # Workers killed by an uncaught exception before any progress: gpu_burn's crash, not a GPU's fault.
         crashed = [t.get("line") for t in result.get("terminated") or [] if isinstance(t, dict)]

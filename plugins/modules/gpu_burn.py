@@ -54,7 +54,8 @@ options:
     type: int
   chdir:
     description:
-      - Directory to run in, where gpu_burn finds C(compare.ptx). Default the executable's directory.
+      - Directory to run in, where gpu_burn finds its compare kernel (C(compare.fatbin), or C(compare.ptx) before
+        gpu-burn's May 2026 Makefile). Default the executable's directory.
       - The alias O(cwd) is deprecated and will be removed in version 1.0.0; use O(chdir).
     type: path
     aliases: [cwd]
@@ -424,7 +425,7 @@ def main():
     executable, missing = check.find(("gpu_burn", "gpu-burn"))
     if executable is None:
         finish({"tool": planned_tool(build_argv(params["executable"] or "gpu_burn", params), error=missing)})
-    # Absolute: gpu_burn runs from its own directory (compare.ptx), where a relative PATH entry no longer resolves.
+    # Absolute: gpu_burn runs from its own directory (its compare kernel), where a relative PATH entry no longer resolves.
     executable = os.path.abspath(executable)
     argv = build_argv(executable, params)
     if module.check_mode:
@@ -432,7 +433,7 @@ def main():
                 % params["duration"]})
     cwd = params["chdir"] or os.path.dirname(executable)
     if not os.path.isdir(cwd):
-        module.fail_json(msg="chdir %s is not a directory (it must hold gpu_burn's compare.ptx)" % cwd)
+        module.fail_json(msg="chdir %s is not a directory (it must hold gpu_burn's compare kernel, compare.fatbin or compare.ptx)" % cwd)
 
     mapping, map_problem = gpu_map(module, params["gpus"])
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

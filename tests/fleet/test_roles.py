@@ -261,7 +261,7 @@ def test_non_default_variables(run, rfleet, tmp_path):
     assert state[6:8] == ["50000", "WARN"]
     assert state[8] == "0"  # environment target not selected: /etc/environment untouched ...
     assert state[9] == "1"  # ... and the deprecated name only flagged
-    assert state[10:12] == ["compare.ptx", "gpu_burn"]
+    assert state[10:12] == ["compare.fatbin", "gpu_burn"]
 
 
 def newer_branches(rfleet, i):

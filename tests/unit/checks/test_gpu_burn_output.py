@@ -4,6 +4,7 @@ The judge reads what the gpu_burn module returns: the parser's output plus the t
 nvidia-smi index and PCI address from the module's map (here, without nvidia-smi: gpu_burn's own device numbers).
 """
 
+import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_gpu_burn
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
 from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import parse_gpu_burn, start_missing
@@ -193,12 +194,14 @@ def test_frames_glued_without_separator(fixture_text):
     assert _by_index(parsed)[1]["processed"] == 2136
 
 
-def test_missing_compare_kernel_is_a_setup_error(fixture_text):
-    parsed, findings, judged = _run(fixture_text, "compare_kernel_missing.log", expected_gpus=2)
-    assert judged["verdict"] == "error", "a missing compare.ptx is not a GPU fault"
+@pytest.mark.parametrize("log, kernel", [("compare_kernel_missing.log", "compare.ptx"),
+                                         ("compare_kernel_missing_fatbin.log", "compare.fatbin")])
+def test_missing_compare_kernel_is_a_setup_error(fixture_text, log, kernel):
+    parsed, findings, judged = _run(fixture_text, log, expected_gpus=2)
+    assert judged["verdict"] == "error", "a missing compare kernel is not a GPU fault"
     # gpu_burn prints the line once per GPU: one finding, and the set-up error alone (no "only 0 of 2 GPUs").
     assert len(parsed["init_failures"]) == 2 and _codes(findings) == [("BURN_NOT_RUN", None)]
-    assert "compare kernel" in findings[0]["message"] and "compare.ptx" in findings[0]["action"]
+    assert "compare kernel" in findings[0]["message"] and kernel in findings[0]["action"]
     assert "chdir" in findings[0]["action"]
 
 
