@@ -6,7 +6,6 @@ journalctl and dmesg render the same records, so both tell the same story.
 """
 
 import hashlib
-import random
 
 # Background lines every node has (non-NVRM): a reader must skip them without counting them as unparsed events.
 BOOT_NOISE = [
@@ -116,6 +115,8 @@ def history_lines(node, item):
 
 
 def initial_records(node, boots, now):
+    import random  # here: only a node's first call writes its kernel log
+
     rng = random.Random(hex_seed(node.scen["node"], node.scen["name"], "noise"))
     records = []
     history = node.scen["kernel_log"].get("history", [])

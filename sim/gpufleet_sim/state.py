@@ -11,12 +11,10 @@ import fcntl
 import json
 import os
 import shlex
-import shutil
 import stat
 import time
-import uuid
 
-from . import fabric, ib_fabric, klog
+from . import fabric, klog
 from . import scenario as scenario_mod
 
 MARKER = "node.json"
@@ -104,6 +102,8 @@ class Node:
         kl = self.scen["kernel_log"]
         uptime = float(kl.get("uptime_s", 4 * 86400 + 3187.25))
         prev = int(kl.get("previous_boots", 1))
+        import uuid  # here, not at the top: every stand-in call imports this module (uuid brings platform)
+
         seed = self.scen["node"] + "/" + self.scen["name"]
         boots = []
         start = now - uptime
@@ -305,6 +305,8 @@ class Node:
         """The node's InfiniBand ports in <state>/sysfs/class/infiniband, from the fabric (GPUFLEET_SIM_FABRIC) after
         load_s simulated load seconds; nothing for a node without one (no InfiniBand)."""
         if self.fabric_path:
+            from . import ib_fabric  # here: only nodes on a simulated fabric have ports, and it brings random
+
             ib_fabric.write_ports(self.path("sysfs", "class", "infiniband"), ib_fabric.Fabric.load(self.fabric_path),
                                   self.hostname, load_s)
 
@@ -350,6 +352,8 @@ def _clear_contents(path, keep=()):
             continue
         full = os.path.join(path, name)
         if os.path.isdir(full) and not os.path.islink(full):
+            import shutil  # here: only a reset removes trees, and every stand-in call imports this module
+
             _make_writable(full)
             shutil.rmtree(full, ignore_errors=True)
         else:
