@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.packages import require
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.schema_inline import inline_refs
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
 
@@ -32,20 +33,26 @@ ENVELOPE = frozenset((
 
 
 @lru_cache(maxsize=None)
+def _documents():
+    """{$id: schema} of every result schema."""
+    schemas = (json.loads(path.read_text()) for path in sorted(SCHEMA_DIR.glob("*.json")))
+    return {schema["$id"]: schema for schema in schemas}
+
+
+@lru_cache(maxsize=None)
 def _registry():
     referencing = require("referencing")
-    resources = []
-    for path in sorted(SCHEMA_DIR.glob("*.json")):
-        schema = json.loads(path.read_text())
-        resources.append((schema["$id"], referencing.Resource.from_contents(schema)))
-    return referencing.Registry().with_resources(resources)
+    return referencing.Registry().with_resources(
+        (uri, referencing.Resource.from_contents(schema)) for uri, schema in _documents().items())
 
 
 @lru_cache(maxsize=None)
 def validator(name):
     schema = json.loads((SCHEMA_DIR / ("%s.json" % name)).read_text())
     cls = require("jsonschema.validators", "jsonschema").validator_for(schema)
-    return cls(schema, registry=_registry())
+    # Refs inlined once (schema_inline.py: half of a large result's validation was their lookups); the registry
+    # still resolves a recursive one.
+    return cls(inline_refs(schema, _documents()), registry=_registry())
 
 
 def schema_version(name):
