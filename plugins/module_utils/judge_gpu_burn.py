@@ -68,7 +68,7 @@ def _setup_errors(result, host):
         out.append(finding("error", "BURN_NOT_RUN", "%s: gpu_burn could not use CUDA (%s)" % (host, line), action,
                            [line]))
     for line in result.get("init_failures") or []:
-        if ("compare kernel" in line or "compare." in line) and line not in seen:
+        if ("compare kernel" in line or "compare.ptx" in line or "compare.fatbin" in line) and line not in seen:
             seen.add(line)
             # The file it looked for: compare.fatbin (gpu-burn since May 2026) or compare.ptx (before).
             named = re.search(r"compare kernel: (\S+)", line)
