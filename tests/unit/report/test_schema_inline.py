@@ -66,16 +66,16 @@ def recorded_results():
 
 @pytest.mark.parametrize("name", SCHEMAS)
 def test_an_inlined_result_schema_refuses_what_the_schema_refuses(name):
-    # One recorded result a module: it and its wrong copies are validated twice, and a burn's result has thousands of
-    # elements.
-    docs = [doc for module, doc in recorded_results() if module == name][:1] or [{}]
+    # One recorded result a module (a burn's has thousands of elements, each validated twice); a schema with no
+    # recorded result (fabric, ib_ports, rma_manifest, ...) is compared on {} and its mutations.
+    doc = next((doc for module, doc in recorded_results() if module == name), {})
     written, inlined = as_written(name), reading.validator(name)
-    compared = 0
-    for doc in docs:
-        for candidate in made_wrong(doc):
-            assert errors(inlined, candidate) == errors(written, candidate)
-            compared += 1
-    assert compared > 0
+    refused = 0
+    for candidate in made_wrong(doc):
+        expected = errors(written, candidate)
+        assert errors(inlined, candidate) == expected
+        refused += bool(expected)
+    assert refused, "no copy of the %s result was refused: the comparison compared nothing" % name
 
 
 def test_the_inlined_report_schema_refuses_what_the_report_schema_refuses():
