@@ -2,10 +2,11 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """nvlink_facts reads -> findings, the node's interconnect and per-GPU NVLink figures (judge: module_utils/judge_nvlink).
 
-Two reads of the same facts module: the one before the burn (registered gpufleet_nvlink_before) and the one after it
-(gpufleet_result_nvlink_facts, whose fact also holds the first read's counters as its baseline). A run with only one
-read (preflight, or a node that stopped early) is judged on that read, without the counters' rise. Each read is
-checked against schemas/nvlink_facts.json first.
+Two reads of the same facts module: the one before the burn (registered gpufleet_nvlink_before: the fabric manager,
+the links and their counters) and the one after it (gpufleet_result_nvlink_facts: everything; its fact also holds the
+first read's counters as its baseline). A run with only one read (preflight, or a node that stopped early) is judged
+on that read, without the counters' rise (the read before the burn on what it gathered: no fabric registration or
+topology). Each read is checked against schemas/nvlink_facts.json first.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,6 +24,9 @@ for _hv in BURN.values():
     _hv.pop("gpufleet_result_nvlink_facts", None)
 SIM_BIN = REPO / "sim" / "bin"
 NODE = "sim-node02"
+# What the burn-in reads before the burn (roles/gpufleet/tasks/stages/nvlink_mark.yml).
+MARK_GATHER = yaml.safe_load((REPO / "roles" / "gpufleet" / "tasks" / "stages" / "nvlink_mark.yml").read_text())[0][
+    "kentino.gpufleet.nvlink_facts"]["gather"]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +40,7 @@ def reads(tmp_path_factory):
                "GPUFLEET_SIM_TIME_SCALE": "0.001"}
         args = {"sysfs_root": str(state / "sysfs"), "procfs_root": str(state / "procfs")}
         run_module("gpu_facts", {}, env=env, path_prepend=[SIM_BIN])
-        before = run_module("nvlink_facts", args, env=env, path_prepend=[SIM_BIN])
+        before = run_module("nvlink_facts", dict(args, gather=MARK_GATHER), env=env, path_prepend=[SIM_BIN])
         subprocess.run([str(SIM_BIN / "gpu_burn"), "600"], capture_output=True, timeout=120,
                        env=dict(os.environ, PATH=str(SIM_BIN) + os.pathsep + os.environ["PATH"], **env))
         after = run_module("nvlink_facts", dict(args, baseline=before["ansible_facts"]["gpufleet_nvlink"]), env=env,
@@ -115,6 +119,17 @@ def test_a_failed_second_read_is_an_error_and_the_first_is_still_judged(reads):
     disabled["gpufleet_result_nvlink_facts"] = {"skipped": True, "skip_reason": "disabled: gpufleet_nvlink_enabled is false"}
     assert rules.evaluate_node(NODE, disabled)["checks"]["nvlink"] == {
         "verdict": "skipped", "reasons": ["not run: disabled: gpufleet_nvlink_enabled is false"], "figures": {}}
+
+
+def test_with_only_the_read_before_the_burn_a_stopped_fabric_manager_is_the_cause_not_the_modules(reads):
+    # The read after the burn failed: the one before it has no fabric registration or topology, but the fabric
+    # manager's state, so links down because it stopped are not sent to a reseat.
+    hv = hv_with(reads, "hgx_fabric_manager_stopped", after=False)
+    assert "fabric" not in hv["gpufleet_nvlink_before"]["ansible_facts"]["gpufleet_nvlink"]["gathered"]
+    hv["gpufleet_result_nvlink_facts"] = {"failed": True, "stage": "nvlink", "msg": "stage nvlink failed: timeout"}
+    node = rules.evaluate_node(NODE, hv)
+    assert ("FABRIC_MANAGER_STOPPED", None) in codes(node)
+    assert not [c for c in codes(node) if c[0] in ("NVLINK_LINK_DOWN", "FABRIC_STATE_INCOMPLETE")], codes(node)
 
 
 def test_a_read_outside_the_schema_is_an_error_naming_the_key(reads):
