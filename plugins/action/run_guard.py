@@ -12,9 +12,10 @@ from ansible import constants as C
 from ansible import context
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import connection_loader
 from ansible_collections.kentino.gpufleet.plugins.modules.run_guard import ARGUMENT_SPEC
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import run_guard
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import read_host
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import host_value, read_host
 
 MAX_ERRORS_SHOWN = 20
 
@@ -22,6 +23,25 @@ MAX_ERRORS_SHOWN = 20
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
+
+    @staticmethod
+    def _ssh_nodes(hostvars, hosts):
+        """[(host, ssh_args, poll seconds)] of the nodes reached over SSH (a bad poll value is type_errors' to say)."""
+        default_poll = run_guard.role_spec()["gpufleet_poll_interval_s"]["default"]
+        connection_loader.get("ssh", class_only=True)  # loads the ssh plugin's option definitions
+        configured = C.config.get_config_value("ssh_args", plugin_type="connection", plugin_name="ssh")
+        nodes = []
+        for host in hosts:
+            connection = host_value(hostvars, host, "ansible_connection") or C.DEFAULT_TRANSPORT
+            ssh_args = host_value(hostvars, host, "ansible_ssh_args") or configured
+            poll = host_value(hostvars, host, "gpufleet_poll_interval_s")
+            try:
+                poll = int(default_poll if poll is None else poll)
+            except (TypeError, ValueError):
+                continue
+            if connection in run_guard.SSH_CONNECTIONS and isinstance(ssh_args, str):
+                nodes.append((host, ssh_args, poll))
+        return nodes
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -33,6 +53,8 @@ class ActionModule(ActionBase):
                                                             len(args["hosts"])):
             self._display.warning(warning)
         hostvars = task_vars.get("hostvars") or {}
+        for warning in run_guard.ssh_persist_warnings(self._ssh_nodes(hostvars, args["hosts"])):
+            self._display.warning(warning)
         known = run_guard.known_names() | set(args["extra_known"])
         by_problem = {}  # the same problem on many hosts (an -e typo, a group_vars value) is listed once
         for host in args["hosts"]:

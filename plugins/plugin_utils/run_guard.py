@@ -194,6 +194,42 @@ def controller_config_warnings(callbacks_enabled, forks, nodes):
     return warnings
 
 
+SSH_PERSIST = re.compile(r"(?:^|\s)-o\s*ControlPersist[=\s]\s*(\S+)", re.I)
+SSH_CONNECTIONS = ("ssh", "ansible.builtin.ssh")
+
+
+def control_persist_s(ssh_args):
+    """Seconds ssh_args keep an idle SSH connection open (ControlPersist: 60, 60s, 1m30s), None when they do not say
+    or keep it open for good (yes, 0): only a finite time can be shorter than a wait."""
+    found = SSH_PERSIST.search(ssh_args or "")
+    if not found:
+        return None
+    value = found.group(1).lower()
+    if value == "no":
+        return 0
+    parts = re.findall(r"(\d+)([smhdw]?)", value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        return None
+    seconds = sum(int(n) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[u] for n, u in parts)
+    return seconds or None
+
+
+def ssh_persist_warnings(nodes):
+    """nodes: [(host, ssh_args, poll_s)] of the nodes reached over SSH. A connection that closes before the next poll
+    of a waiting check makes every poll open a new one: a warning for each (ssh_args, poll) naming its nodes."""
+    by_setting = {}
+    for host, ssh_args, poll_s in nodes:
+        persist = control_persist_s(ssh_args)
+        if persist is not None and persist < poll_s:
+            by_setting.setdefault((persist, poll_s), []).append(host)
+    return ["SSH connections close %d s after their last use (ControlPersist in ssh_args), before the next poll of a "
+            "waiting check %d s later on %s: every poll opens a new connection (a key exchange on the controller and "
+            "the node); set ssh_args = -C -o ControlMaster=auto -o ControlPersist=%ds under [ssh_connection] %s" % (
+                persist, poll_s, ", ".join(hosts[:5]) + (" and %d more" % (len(hosts) - 5) if len(hosts) > 5 else ""),
+                max(300, poll_s + 60), CONFIG_FIX)
+            for (persist, poll_s), hosts in sorted(by_setting.items())]
+
+
 def new_reports_note(report_dir):
     """A relative reports directory that no run has used yet: say where this run's reports and history start, since
     running from another directory would start another one without a word."""

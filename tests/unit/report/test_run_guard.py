@@ -107,6 +107,23 @@ def test_what_the_controllers_configuration_lacks_is_named_with_its_fix():
     assert run_guard.controller_config_warnings(["kentino.gpufleet.run_record"], 9, 9) == []
 
 
+def test_ssh_connections_that_close_before_the_next_poll_are_named_with_the_fix():
+    assert [run_guard.control_persist_s(a) for a in (
+        "-C -o ControlMaster=auto -o ControlPersist=60s", "-o ControlPersist=300", "-oControlPersist=1m30s",
+        "-o ControlPersist yes", "-o ControlPersist=0", "-o ControlPersist=no", "-F ssh_config", "", None,
+        "-o ControlPersist=5x")] == [60, 300, 90, None, None, 0, None, None, None, None]
+    nodes = [("n%d" % i, "-C -o ControlMaster=auto -o ControlPersist=60s", 120) for i in range(7)]
+    nodes += [("slow", "-o ControlPersist=300s", 600), ("ok", "-o ControlPersist=300s", 120),
+              ("own", "-F ssh_config", 120)]
+    warnings = run_guard.ssh_persist_warnings(nodes)
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("SSH connections close 60 s after their last use") and "120 s later on n0, n1, " \
+        "n2, n3, n4 and 2 more" in warnings[0] and "ControlPersist=300s" in warnings[0]
+    assert "300 s after" in warnings[1] and "600 s later on slow:" in warnings[1] and "ControlPersist=660s" in \
+        warnings[1] and "inventories/example/ansible.cfg" in warnings[1]
+    assert run_guard.ssh_persist_warnings(nodes[-2:]) == []
+
+
 def test_a_new_relative_reports_directory_is_said_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     note = run_guard.new_reports_note("reports")
