@@ -64,9 +64,8 @@ class ActionModule(ActionBase):
             site = set(site) if isinstance(site, list) else set()
             for message in run_guard.unknown_variables(host, values, known | site) + run_guard.type_errors(host, values):
                 by_problem.setdefault(message.split(": ", 1)[1], []).append(host)
-        errors = ["host%s %s: %s" % ("s" if len(hosts) > 1 else "", ", ".join(hosts[:5]) + (
-            " and %d more" % (len(hosts) - 5) if len(hosts) > 5 else ""), problem)
-            for problem, hosts in by_problem.items()]
+        errors = ["host%s %s: %s" % ("s" if len(hosts) > 1 else "", run_guard.hosts_text(hosts), problem)
+                  for problem, hosts in by_problem.items()]
         report_dir = os.path.expanduser(args["report_dir"])
         problem = run_guard.check_report_dir(report_dir)
         if problem:

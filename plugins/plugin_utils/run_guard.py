@@ -194,13 +194,18 @@ def controller_config_warnings(callbacks_enabled, forks, nodes):
     return warnings
 
 
+def hosts_text(hosts, shown=5):
+    """'a, b, c, d, e and 3 more': the same problem on many hosts, said once."""
+    return ", ".join(hosts[:shown]) + (" and %d more" % (len(hosts) - shown) if len(hosts) > shown else "")
+
+
 SSH_PERSIST = re.compile(r"(?:^|\s)-o\s*ControlPersist[=\s]\s*(\S+)", re.I)
 SSH_CONNECTIONS = ("ssh", "ansible.builtin.ssh")
 
 
 def control_persist_s(ssh_args):
-    """Seconds ssh_args keep an idle SSH connection open (ControlPersist: 60, 60s, 1m30s), None when they do not say
-    or keep it open for good (yes, 0): only a finite time can be shorter than a wait."""
+    """Seconds ssh_args keep an idle SSH connection open (ControlPersist 60, 60s, 1m30s; no: 0), None when they do
+    not say or keep it open for good (yes, 0): only a finite time can be shorter than a wait."""
     found = SSH_PERSIST.search(ssh_args or "")
     if not found:
         return None
@@ -216,7 +221,7 @@ def control_persist_s(ssh_args):
 
 def ssh_persist_warnings(nodes):
     """nodes: [(host, ssh_args, poll_s)] of the nodes reached over SSH. A connection that closes before the next poll
-    of a waiting check makes every poll open a new one: a warning for each (ssh_args, poll) naming its nodes."""
+    of a waiting check makes every poll open a new one: a warning for each (persistence, poll) naming its nodes."""
     by_setting = {}
     for host, ssh_args, poll_s in nodes:
         persist = control_persist_s(ssh_args)
@@ -225,8 +230,7 @@ def ssh_persist_warnings(nodes):
     return ["SSH connections close %d s after their last use (ControlPersist in ssh_args), before the next poll of a "
             "waiting check %d s later on %s: every poll opens a new connection (a key exchange on the controller and "
             "the node); set ssh_args = -C -o ControlMaster=auto -o ControlPersist=%ds under [ssh_connection] %s" % (
-                persist, poll_s, ", ".join(hosts[:5]) + (" and %d more" % (len(hosts) - 5) if len(hosts) > 5 else ""),
-                max(300, poll_s + 60), CONFIG_FIX)
+                persist, poll_s, hosts_text(hosts), max(300, poll_s + 60), CONFIG_FIX)
             for (persist, poll_s), hosts in sorted(by_setting.items())]
 
 
