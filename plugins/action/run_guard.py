@@ -25,23 +25,17 @@ class ActionModule(ActionBase):
     _requires_connection = False
 
     @staticmethod
-    def _ssh_nodes(hostvars, hosts):
-        """[(host, ssh_args, poll seconds)] of the nodes reached over SSH (a bad poll value is type_errors' to say)."""
-        default_poll = run_guard.role_spec()["gpufleet_poll_interval_s"]["default"]
-        connection_loader.get("ssh", class_only=True)  # loads the ssh plugin's option definitions
-        configured = C.config.get_config_value("ssh_args", plugin_type="connection", plugin_name="ssh")
-        nodes = []
-        for host in hosts:
-            connection = host_value(hostvars, host, "ansible_connection") or C.DEFAULT_TRANSPORT
-            ssh_args = host_value(hostvars, host, "ansible_ssh_args") or configured
-            poll = host_value(hostvars, host, "gpufleet_poll_interval_s")
-            try:
-                poll = int(default_poll if poll is None else poll)
-            except (TypeError, ValueError):
-                continue
-            if connection in run_guard.SSH_CONNECTIONS and isinstance(ssh_args, str):
-                nodes.append((host, ssh_args, poll))
-        return nodes
+    def _ssh_node(hostvars, host, poll, configured_ssh_args):
+        """(host, ssh_args, poll seconds) of a node reached over SSH, None for another connection (or a poll value
+        that is not a number: type_errors says so). poll: the node's gpufleet_poll_interval_s, None when unset."""
+        if (host_value(hostvars, host, "ansible_connection") or C.DEFAULT_TRANSPORT) not in run_guard.SSH_CONNECTIONS:
+            return None
+        ssh_args = host_value(hostvars, host, "ansible_ssh_args") or configured_ssh_args
+        try:
+            poll = int(run_guard.role_spec()["gpufleet_poll_interval_s"]["default"] if poll is None else poll)
+        except (TypeError, ValueError):
+            return None
+        return (host, ssh_args, poll) if isinstance(ssh_args, str) else None
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -53,17 +47,22 @@ class ActionModule(ActionBase):
                                                             len(args["hosts"])):
             self._display.warning(warning)
         hostvars = task_vars.get("hostvars") or {}
-        for warning in run_guard.ssh_persist_warnings(self._ssh_nodes(hostvars, args["hosts"])):
-            self._display.warning(warning)
+        connection_loader.get("ssh", class_only=True)  # loads the ssh plugin's option definitions
+        configured_ssh_args = C.config.get_config_value("ssh_args", plugin_type="connection", plugin_name="ssh")
+        ssh_nodes = []
         known = run_guard.known_names() | set(args["extra_known"])
         by_problem = {}  # the same problem on many hosts (an -e typo, a group_vars value) is listed once
         for host in args["hosts"]:
             values = read_host(hostvars, host)
             values.pop("ansible_facts", None)
+            ssh_nodes.append(self._ssh_node(hostvars, host, values.get("gpufleet_poll_interval_s"), configured_ssh_args))
             site = values.get("gpufleet_site_vars") or []
             site = set(site) if isinstance(site, list) else set()
             for message in run_guard.unknown_variables(host, values, known | site) + run_guard.type_errors(host, values):
                 by_problem.setdefault(message.split(": ", 1)[1], []).append(host)
+        # Also said before a refusal: the next run would have it too.
+        for warning in run_guard.ssh_persist_warnings([node for node in ssh_nodes if node]):
+            self._display.warning(warning)
         errors = ["host%s %s: %s" % ("s" if len(hosts) > 1 else "", run_guard.hosts_text(hosts), problem)
                   for problem, hosts in by_problem.items()]
         report_dir = os.path.expanduser(args["report_dir"])
