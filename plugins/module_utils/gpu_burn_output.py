@@ -3,6 +3,7 @@
 """Parse and judge gpu_burn (wilicc/gpu-burn) output; stdlib only, runs on the node (formats: gpu_burn-drv.cpp).
 
 Shapes read:
+  cuInit returned 0 (no error)  (stderr, gpu_burn since November 2025; a non-zero CUresult is read into cuda_errors)
   Using compare file: compare.ptx / Burning for 600 seconds.
   Initialized device 0 with 81079 MB of memory (80484 MB available, using 72436 MB of it), using FLOATS[, using Tensor Cores]
   progress frames rewritten with \\r (so in a captured log they are glued together or split across lines):
@@ -16,6 +17,11 @@ Shapes read:
   checkError's message, in any of the lines above: `Error (gpu_burn-drv.cpp:298): system not yet initialized` or
   `Error in <what> (gpu_burn-drv.cpp:112): <cuGetErrorString text>`, read into cuda_errors with the CUresult
   (module_utils/cuda_errors.py): error 802 is the NVLink fabric not ready, not a faulty GPU
+
+Captured through a pipe or into a file (as the module reads it), gpu_burn's stdout is block-buffered: each worker's
+"Initialized device" and "Results are" lines, and a copy of the start lines it inherited at fork, come out when the
+worker exits, after the frames (a real H200 capture, tests/fixtures/gpu_burn/h200_piped_20s.log), or never when it is
+killed with SIGKILL: a GPU whose frames show work was initialised, line or not.
 
 Traps: exit code 0 with FAULTY GPUs; negative error counts (int overflow, or -1 added by a dying worker); "OK" after a
 failed init; no progress frames at all. A GPU passes only if initialised, did work, had zero errors in every frame and
@@ -57,6 +63,7 @@ _TESTED = re.compile(r"Tested (\d+) GPUs:")
 _FINAL = re.compile(r"^\s*GPU (\d+):\s*(OK|FAULTY)\s*$")
 _SUMMARY = re.compile(r"^\s*Summary at:")
 _SMI_L = re.compile(r"^GPU \d+: .*\(UUID: ")
+_CUINIT = re.compile(r"^cuInit returned (?P<code>-?\d+) \((?P<text>.*)\)$")
 _KNOWN_NOISE = (
     "Killing processes", "done", "Results are ", "Freed memory for dev", "Uninitted cublas",
     "Run length not specified", "read[",
@@ -299,6 +306,14 @@ def parse_gpu_burn(text):
             if not cuda_error(stripped):
                 out["evidence"].append(stripped)
             continue
+        match = _CUINIT.match(stripped)
+        if match:
+            code = int(match.group("code"))
+            if code:  # the CUresult itself, not a text to look up: the 802 of a fabric not ready is read from here
+                counted("cuda_errors", {"error": match.group("text"), "code": code,
+                                        "name": driver_error(match.group("text"))[1], "where": "cuInit",
+                                        "context": None, "line": stripped}, ("error", "where", "context"))
+            continue
         match = _COMPARE.search(stripped)
         if match:
             out["compare_file"] = match.group(1).strip()
@@ -320,6 +335,10 @@ def parse_gpu_burn(text):
     init_known = not start_missing(out)
     for index in sorted(gpus):
         entry = gpus[index]
+        # A worker's "Initialized device" line waits in its stdout buffer until it exits (to a pipe or a file gpu_burn
+        # writes block-buffered): a worker killed with SIGKILL never prints it. Work in its frames proves the init.
+        if not entry["initialised"] and entry["processed"] > 0:
+            entry["initialised"] = True
         values = entry.pop("_gflops")
         entry.pop("_window_max")
         entry["gflops_series"] = entry.pop("_series").points()

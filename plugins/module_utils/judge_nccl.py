@@ -16,6 +16,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import f
 from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import could_not_run, fmt_size, judge_door
 
 CHECK = "nccl_test"
+# Why a node's NCCL stage does not run on a node with a single GPU (roles/gpufleet/tasks/stage_nccl.yml says it first):
+# nothing to check there, not a check left out.
+ONE_GPU = "one GPU on this node"
 # The thresholds (inventory names, module_utils/thresholds.py) this judge reads: what a module passes it.
 THRESHOLDS = ("gpufleet_nccl_min_busbw_gbps", "gpufleet_nccl_min_busbw_fraction", "gpufleet_nccl_reference_busbw_gbps")
 
@@ -170,7 +173,8 @@ def _bandwidth(result, rows, t, host, gpu_names, sources, topology=None):
         out.append(finding("error", "NCCL_NO_FIGURE", "%s: all_reduce_perf ran on one GPU: a collective on one GPU "
                            "moves nothing between GPUs, so its 0 GB/s measures nothing" % host,
                            "run it over every GPU of %s (gpus_per_process: the GPU count nvidia-smi gives; fix "
-                           "nvidia-smi first if it gave none)" % host, largest_lines))
+                           "nvidia-smi first if it gave none); a node with one GPU has nothing to measure: the "
+                           "burn-in skips it there" % host, largest_lines))
     elif peak <= 0:
         out.append(finding("fail", "NCCL_BUSBW_LOW", "%s: NCCL busbw %.1f GB/s at %s: nothing moved between the GPUs"
                            % (host, peak, fmt_size(largest)), topology, largest_lines))

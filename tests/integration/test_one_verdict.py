@@ -3,10 +3,11 @@ agree across report.json, report.md, report.html, junit.xml, the CLI's exit code
 and, for XIDs, the alert that fires (promtool over the XID watcher's real textfile, the watcher configured as the
 gpu_monitoring role configures it, following the node's kernel log).
 
-Cost: one burn-in of a five-node simulated fleet (one scenario per node), one audit of one of them after it, one
+Cost: one burn-in of a six-node simulated fleet (one scenario per node), one audit of one of them after it, one
 interrupted burn-in; every assertion reads those runs (module-scoped fixtures).
 
   ok01     healthy H100, its DCGM stage switched off   pass, dcgm_diag SKIPPED in every summary
+  solo01   one RTX 5090 (a workstation)                pass: NCCL skipped as nothing to check, not a check left out
   junk01   nvidia-smi prints junk                      error, GPU_FACTS_UNREADABLE naming nvidia-smi, GPUs unknown
   riser01  XID 79: GPU 3 falls off the bus             fail, GPU_LOST; pages (GpuXidCritical, GpuLost)
   nvl01    XID 145 whose line says Nonfatal            warn, XID_WARNING; tickets (GpuXidWarning), never pages
@@ -39,10 +40,11 @@ pytestmark = pytest.mark.slow
 
 SIM = REPO / "sim"
 NODES = {"ok01": "healthy_h100", "junk01": "nvidia_smi_junk", "riser01": "riser_xid79",
-         "nvl01": "hgx_nvlink5_nonfatal", "leak01": "ecc_leak_trend"}
-HOST_VARS = {"ok01": {"gpufleet_dcgm_enabled": False}}
+         "nvl01": "hgx_nvlink5_nonfatal", "leak01": "ecc_leak_trend",
+         "solo01": "workstation_rtx5090_1gpu"}
+HOST_VARS = {"ok01": {"gpufleet_dcgm_enabled": False}, "solo01": {"gpufleet_expected_gpus": 1}}
 EXPECTED = {"ok01": ("pass", None), "junk01": ("error", "GPU_FACTS_UNREADABLE"), "riser01": ("fail", "GPU_LOST"),
-            "nvl01": ("warn", "XID_WARNING")}
+            "nvl01": ("warn", "XID_WARNING"), "solo01": ("pass", None)}
 # judge_xid's codes -> the alert a human gets for the same event (GpuLost too for a lost GPU).
 PAGES, TICKETS = ("GPU_LOST", "PSU_RAIL_LOSS", "GPU_GROUP_LOST", "XID_RMA", "XID_CRITICAL"), ("ECC_LEAK", "XID_WARNING")
 PROMTOOL = shutil.which("promtool")
@@ -76,7 +78,7 @@ def _cli(*args):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    """The burn-in of the five nodes, then the audit of leak01 25 days on (same report directory and history)."""
+    """The burn-in of the six nodes, then the audit of leak01 25 days on (same report directory and history)."""
     root = tmp_path_factory.mktemp("one-verdict")
     inv = _inventory(root)
     _set_clock(root, "leak01", 0)
@@ -176,6 +178,19 @@ def test_a_switched_off_stage_is_skipped_on_every_surface(fleet):
     assert case.find("skipped") is not None
     _rc, out = _cli("report", str(fleet["burn_dir"]))
     assert "SKIPPED: dcgm_diag" in out
+
+
+def test_one_gpu_has_no_nccl_to_check_and_passes_on_every_surface(fleet):
+    """all_reduce_perf on one GPU moves nothing between GPUs (0 GB/s): the stage does not run it, and the report
+    says why without listing it among the checks the node left out."""
+    node = _node(fleet["burn"], "solo01")
+    assert node["verdict"] == "pass" and node["skipped"] == [], node["findings"]
+    check = node["checks"]["nccl_test"]
+    assert check["verdict"] == "skipped" and check["reasons"][0].startswith("one GPU on this node"), check
+    assert "| solo01 | PASS |" in (fleet["burn_dir"] / "report.md").read_text()
+    suite = next(s for s in ET.parse(fleet["burn_dir"] / "junit.xml").getroot() if s.get("name") == "solo01")
+    case = next(c for c in suite if c.get("name") == "nccl_test")
+    assert case.find("skipped") is not None and case.find("failure") is None
 
 
 def test_every_node_module_said_what_the_report_says(fleet):

@@ -250,7 +250,9 @@ def evaluate_node(host, hv, in_play_hosts=None):
             state, data, reason = read_result(name, results[name])
             read[name] = data if state == "ok" else None
             not_applicable = getattr(_rule, "not_applicable", None)
-            absent = not_applicable(data) if not_applicable and state == "skipped" and data is not None else None
+            # A stage that did not start its module (data None) says why in its reason: read as the module's not_run.
+            absent = (not_applicable(data if data is not None else {"not_run": reason})
+                      if not_applicable and state == "skipped" else None)
             if absent:
                 # the hardware the check reads is not there: skipped with the module's reason, but not among the
                 # checks the node left out (switched off, refused), which the node's summary lists

@@ -16,3 +16,9 @@ def apply(node, data, interconnect=None):
     findings = judge_nccl.judge(data, node.t, node.host, gpu_names=names, sources=node.sources, topology=topology)
     node.judged(MODULE, findings, judge_nccl.figures(data, node.t, names, node.sources, topology),
                 data.get("not_run"), data)
+
+
+def not_applicable(data):
+    """Why there is nothing to check (a node with one GPU: no collective between GPUs), else None."""
+    why = str(data.get("not_run") or "")
+    return why if why.startswith(judge_nccl.ONE_GPU) else None

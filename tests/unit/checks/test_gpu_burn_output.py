@@ -157,6 +157,52 @@ def test_cuda_802_when_cuda_init_fails_is_the_fabric_too(fixture_text):
     assert "Couldn't init CUDA: Error (gpu_burn-drv.cpp:304): system not yet initialized" in findings[0]["evidence"]
 
 
+def test_a_real_h200_run_captured_into_a_file_passes(fixture_text):
+    """gpu-burn on a real H200, its block-buffered worker lines after the frames (fixtures README)."""
+    parsed, findings, judged = _run(fixture_text, "h200_piped_20s.log", expected_gpus=1)
+    assert parsed["unparsed"]["count"] == 0 and parsed["cuda_errors"] == []
+    assert (parsed["compare_file"], parsed["burn_seconds"], parsed["tested_gpus"]) == ("compare.fatbin", 20, 1)
+    (gpu,) = parsed["gpus"]
+    assert (gpu["status"], gpu["memory_used_mb"], gpu["processed"], gpu["gflops_max"]) == ("ok", 128305, 998, 51063.0)
+    assert findings == [] and judged["verdict"] == "pass"
+
+
+def test_a_worker_killed_with_sigkill_lost_its_init_line_not_its_work(fixture_text):
+    """SIGKILL drops the worker's unflushed "Initialized device" line: the work in its frames still proves the init,
+    so a GPU that burnt without an error is not judged never initialised (a good card sent back)."""
+    parsed, findings, judged = _run(fixture_text, "h200_worker_sigkilled.log", expected_gpus=1)
+    (gpu,) = parsed["gpus"]
+    assert gpu["initialised"] and gpu["memory_used_mb"] is None and gpu["status"] == "ok"
+    assert findings == [] and judged["verdict"] == "pass"
+
+
+def test_a_real_missing_compare_kernel_is_named(fixture_text):
+    parsed, findings, judged = _run(fixture_text, "h200_no_compare_kernel.log", expected_gpus=1, rc=123)
+    assert parsed["unparsed"]["count"] == 0 and parsed["aborted"]
+    assert _codes(findings)[0] == ("BURN_NOT_RUN", None) and judged["verdict"] == "error"
+    assert "compare.fatbin" in findings[0]["action"]
+
+
+def test_cuinit_802_is_read_from_its_number_and_names_the_fabric(fixture_text):
+    """gpu_burn since November 2025 prints what cuInit returned, the CUresult as a number: 802 is read from it even
+    where the text after it is one no table knows."""
+    parsed, findings, _judged = _run(fixture_text, "init_cuinit_802.log", expected_gpus=2)
+    assert [(e["code"], e["where"]) for e in parsed["cuda_errors"]] == [(802, "cuInit"), (802, "gpu_burn-drv.cpp:317")]
+    assert parsed["unparsed"]["count"] == 0
+    assert _codes(findings) == [("BURN_FABRIC_NOT_READY", None)]
+    assert "cuInit returned 802 (system not yet initialized)" in findings[0]["evidence"]
+    reworded = fixture_text("gpu_burn", "init_cuinit_802.log").replace("system not yet initialized", "not ready yet")
+    reparsed = parse_gpu_burn(reworded)
+    assert [(e["code"], e["where"]) for e in reparsed["cuda_errors"]] == [(802, "cuInit"),
+                                                                           (None, "gpu_burn-drv.cpp:317")]
+    assert _codes(judge(reparsed, expected_gpus=2)[0]) == [("BURN_FABRIC_NOT_READY", None)]
+
+
+def test_cuinit_returning_0_is_a_start_line_not_a_failure():
+    parsed = parse_gpu_burn("cuInit returned 0 (no error)\nBurning for 10 seconds.\n")
+    assert parsed["cuda_errors"] == [] and parsed["unparsed"]["count"] == 0
+
+
 def test_a_burn_hung_in_its_802_loop_and_killed_still_names_the_fabric(fixture_text):
     """gpu_burn loops after its workers die of error 802 (wilicc/gpu-burn#92): the module kills it at its timeout,
     and the lines it printed until then still say why."""

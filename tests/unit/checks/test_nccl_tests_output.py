@@ -158,6 +158,16 @@ def test_v1_layout_without_root_column(fixture_text):
     assert judged["verdict"] == "pass", judged["reasons"]
 
 
+def test_a_real_one_gpu_run_measures_nothing(fixture_text):
+    """all_reduce_perf on one real H200: every busbw 0, a few in-place algbw figures in %g form (fixtures README)."""
+    parsed, findings, judged = _run(fixture_text, "h200_1gpu.txt")
+    assert parsed["nccl_tests_version"] == "2.19.6" and parsed["header"]["ngpus"] == 1
+    assert len(parsed["rows"]) == 28 and parsed["unparsed"]["count"] == 0 and parsed["concluded"]
+    assert [r["ip_algbw_gbps"] for r in parsed["rows"][-2:]] == [2e6, 1e6]
+    assert parsed["peak_busbw_gbps"] == 0.0 and parsed["avg_busbw_gbps"] == 0.0
+    assert _codes(findings) == ["NCCL_NO_FIGURE"] and "one GPU" in findings[0]["message"]
+
+
 def test_garbage_is_error(fixture_text):
     parsed, findings, judged = _run(fixture_text, "garbage.txt", rc=126)
     assert judged["verdict"] == "error" and parsed["unparsed"]["count"] == 2

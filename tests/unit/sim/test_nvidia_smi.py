@@ -1,10 +1,11 @@
 """nvidia-smi stand-in: shapes of docs/signals.md section 2 for every scenario, generations, lost GPU, load effects."""
 
+import json
 import re
 import time
 
 import pytest
-from simlib import SCENARIOS
+from simlib import SCENARIOS, SIM
 
 FIELDS = ("index,name,serial,uuid,pci.bus_id,driver_version,temperature.gpu,temperature.memory,power.draw,power.limit,"
           "memory.total,memory.used,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
@@ -34,14 +35,15 @@ def test_query_gpu_rows_match_the_real_shape(sim, scenario):
     assert res.returncode == 0, res.stdout + res.stderr
     rows = [line.split(", ") for line in res.stdout.splitlines()]
     names = FIELDS.split(",")
-    assert len(rows) == 8
+    count = json.loads((SIM / "scenarios" / (scenario + ".json")).read_text()).get("gpu_count", 8)
+    assert len(rows) == count
     for row in rows:
         assert len(row) == len(names), row
         for name, cell in zip(names, row, strict=True):
             assert re.fullmatch(CELL[name], cell), (scenario, name, cell)
     buses = [r[names.index("pci.bus_id")] for r in rows]
-    assert len(set(buses)) == 8
-    assert [int(r[0]) for r in rows] == list(range(8))
+    assert len(set(buses)) == count
+    assert [int(r[0]) for r in rows] == list(range(count))
 
 
 def test_csv_header_carries_units_and_values_carry_units(sim):
