@@ -13,13 +13,17 @@ REPO = Path(__file__).resolve().parents[3]
 REAL = REPO / "tests" / "fixtures" / "real_h200"
 
 
-@pytest.fixture
-def replay(tmp_path):
+def _replay(tmp_path, calls):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("nvidia-smi", "dmesg"):
         os.symlink(REPO / "tests" / "helpers" / "replay_tool.py", bin_dir / tool)
-    return {"env": {"REPLAY_DIR": str(REAL / "calls")}, "path_prepend": [bin_dir]}
+    return {"env": {"REPLAY_DIR": str(REAL / calls), "REPLAY_STATE": str(tmp_path)}, "path_prepend": [bin_dir]}
+
+
+@pytest.fixture
+def replay(tmp_path):
+    return _replay(tmp_path, "calls")
 
 
 def _recorded(name):
@@ -59,3 +63,19 @@ def test_xid_facts_reads_the_boot_log_of_a_clean_h200(replay):
     # line left unread.
     assert read["events"] == there["events"] == [] and read["highest_severity"] == "none"
     assert read["unparsed"]["count"] == there["unparsed"]["count"] == 0
+
+
+
+def test_gpu_sample_judges_the_h200_under_gpu_burn(tmp_path):
+    """The 50 samples nvidia-smi gave every 2 s through a 60 s gpu_burn, served in order (as many as the module takes
+    in its 3 s): idle (0x1, gpu_idle), the 128 GB allocation (100 W, 0 %), then the load (630 W, 100 %, 54 C)."""
+    result = run_module("gpu_sample", args={"duration": 3.0, "interval": 0.05}, **_replay(tmp_path, "samples"))
+    assert not result.get("failed"), result
+    assert result["problems"] == [] and len(result["samples"]) >= 10, result
+    assert result["samples"][0]["gpus"][0]["throttle_reasons"] == ["gpu_idle"]
+    (gpu,) = result["per_gpu"]
+    assert gpu["pci"] == "0000:00:06" and gpu["loaded_samples"] >= 1
+    # Gen 5 x16 under load, as rated; no throttling under load; no finding.
+    assert (gpu["pcie_gen_under_load"], gpu["pcie_width_under_load"]) == (5, 16)
+    assert gpu["throttle_reasons_seen"] == [] and gpu["max_temperature_c"] >= 52 and gpu["max_power_w"] > 600
+    assert result["verdict"] == "pass", result.get("reasons")
