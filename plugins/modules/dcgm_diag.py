@@ -169,7 +169,8 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
 from ansible_collections.kentino.gpufleet.plugins.module_utils.dcgm_diag_json import level_run, parse_dcgm_diag
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
-INSTALL_HINT = "install DCGM (datacenter-gpu-manager) or pass executable="
+INSTALL_HINT = ("install DCGM (datacenter-gpu-manager-4-cuda<CUDA major>: the kentino.gpufleet.dcgm role), pass "
+                "executable=, or switch the check off (gpufleet_dcgm_enabled, gpufleet_audit_dcgm_enabled: false)")
 DEFAULT_TIMEOUTS = {1: 300, 2: 900, 3: 2700, 4: 10800}
 # DCGM diag supports only level 1 on these product lines.
 _CONSUMER = re.compile(r"geforce|quadro|titan|\brtx\b", re.I)
