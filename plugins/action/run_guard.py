@@ -25,14 +25,14 @@ class ActionModule(ActionBase):
     _requires_connection = False
 
     @staticmethod
-    def _ssh_node(hostvars, host, poll, configured_ssh_args):
+    def _ssh_node(hostvars, host, poll, configured_ssh_args, default_poll):
         """(host, ssh_args, poll seconds) of a node reached over SSH, None for another connection (or a poll value
         that is not a number: type_errors says so). poll: the node's gpufleet_poll_interval_s, None when unset."""
         if (host_value(hostvars, host, "ansible_connection") or C.DEFAULT_TRANSPORT) not in run_guard.SSH_CONNECTIONS:
             return None
         ssh_args = host_value(hostvars, host, "ansible_ssh_args") or configured_ssh_args
         try:
-            poll = int(run_guard.role_spec()["gpufleet_poll_interval_s"]["default"] if poll is None else poll)
+            poll = int(default_poll if poll is None else poll)
         except (TypeError, ValueError):
             return None
         return (host, ssh_args, poll) if isinstance(ssh_args, str) else None
@@ -49,13 +49,15 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
         connection_loader.get("ssh", class_only=True)  # loads the ssh plugin's option definitions
         configured_ssh_args = C.config.get_config_value("ssh_args", plugin_type="connection", plugin_name="ssh")
+        default_poll = run_guard.role_spec()["gpufleet_poll_interval_s"]["default"]
         ssh_nodes = []
         known = run_guard.known_names() | set(args["extra_known"])
         by_problem = {}  # the same problem on many hosts (an -e typo, a group_vars value) is listed once
         for host in args["hosts"]:
             values = read_host(hostvars, host)
             values.pop("ansible_facts", None)
-            ssh_nodes.append(self._ssh_node(hostvars, host, values.get("gpufleet_poll_interval_s"), configured_ssh_args))
+            ssh_nodes.append(self._ssh_node(hostvars, host, values.get("gpufleet_poll_interval_s"), configured_ssh_args,
+                                            default_poll))
             site = values.get("gpufleet_site_vars") or []
             site = set(site) if isinstance(site, list) else set()
             for message in run_guard.unknown_variables(host, values, known | site) + run_guard.type_errors(host, values):

@@ -206,15 +206,18 @@ def parse_gpu_burn(text):
             out["evidence"].append(item["line"])
         return True
 
+    def count_cuda_error(error, where, context, line, code=None):
+        """One CUDA error into cuda_errors: its CUresult (looked up from its text unless given) and name."""
+        known_code, name = driver_error(error)
+        counted("cuda_errors", {"error": error, "code": known_code if code is None else code, "name": name,
+                                "where": where, "context": context, "line": line}, ("error", "where", "context"))
+
     def cuda_error(line):
         """Read checkError's message in a line into cuda_errors; True when there was one."""
         match = _CHECK_ERROR.search(line)
         if not match:
             return False
-        code, name = driver_error(match.group("error"))
-        counted("cuda_errors", {"error": match.group("error"), "code": code, "name": name,
-                                "where": match.group("where"), "context": match.group("desc"), "line": line},
-                ("error", "where", "context"))
+        count_cuda_error(match.group("error"), match.group("where"), match.group("desc"), line)
         return True
 
     def close_window():
@@ -310,9 +313,7 @@ def parse_gpu_burn(text):
         if match:
             code = int(match.group("code"))
             if code:  # the CUresult itself, not a text to look up: the 802 of a fabric not ready is read from here
-                counted("cuda_errors", {"error": match.group("text"), "code": code,
-                                        "name": driver_error(match.group("text"))[1], "where": "cuInit",
-                                        "context": None, "line": stripped}, ("error", "where", "context"))
+                count_cuda_error(match.group("text"), "cuInit", None, stripped, code=code)
             continue
         match = _COMPARE.search(stripped)
         if match:

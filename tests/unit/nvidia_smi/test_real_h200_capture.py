@@ -65,7 +65,6 @@ def test_xid_facts_reads_the_boot_log_of_a_clean_h200(replay):
     assert read["unparsed"]["count"] == there["unparsed"]["count"] == 0
 
 
-
 def test_gpu_sample_judges_the_h200_under_gpu_burn(tmp_path):
     """The 50 samples nvidia-smi gave every 2 s through a 60 s gpu_burn, served in order (as many as the module takes
     in its 3 s): idle (0x1, gpu_idle), the 128 GB allocation (100 W, 0 %), then the load (630 W, 100 %, 54 C)."""

@@ -3,14 +3,24 @@
 Run the sim's stand-ins as real subprocesses, one fresh node state per test (tmp_path), time heavily compressed.
 """
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 SIM = REPO / "sim"
 BIN = SIM / "bin"
 SCENARIOS = sorted(p.stem for p in (SIM / "scenarios").glob("*.json"))
+
+
+def gpu_count(scenario):
+    """The GPUs a scenario's node has: its gpu_count, else the simulator's default (gpufleet_sim/scenario.py)."""
+    if str(SIM) not in sys.path:
+        sys.path.insert(0, str(SIM))
+    from gpufleet_sim.scenario import DEFAULTS
+    return json.loads((SIM / "scenarios" / (scenario + ".json")).read_text()).get("gpu_count", DEFAULTS["gpu_count"])
 FAST = "0.001"  # gpu_burn 600 -> 0.6 s
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from simlib import BIN, REPO, SCENARIOS, SIM
+from simlib import BIN, REPO, SCENARIOS, SIM, gpu_count
 
 
 def test_every_scenario_expands_to_its_distinct_gpus(sim_package):
@@ -18,7 +18,7 @@ def test_every_scenario_expands_to_its_distinct_gpus(sim_package):
     for name in SCENARIOS:
         doc = json.loads((SIM / "scenarios" / (name + ".json")).read_text())
         assert doc.get("description"), name  # documented in the file itself
-        count = doc.get("gpu_count", 8)
+        count = gpu_count(name)
         for node in ("sim-node01", "sim-node02"):
             gpus = scenario.load(name, node)["gpu_list"]
             assert len(gpus) == count and len({g["pci_bus_id"] for g in gpus}) == count

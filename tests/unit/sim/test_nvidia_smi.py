@@ -1,11 +1,10 @@
 """nvidia-smi stand-in: shapes of docs/signals.md section 2 for every scenario, generations, lost GPU, load effects."""
 
-import json
 import re
 import time
 
 import pytest
-from simlib import SCENARIOS, SIM
+from simlib import SCENARIOS, gpu_count
 
 FIELDS = ("index,name,serial,uuid,pci.bus_id,driver_version,temperature.gpu,temperature.memory,power.draw,power.limit,"
           "memory.total,memory.used,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
@@ -35,7 +34,7 @@ def test_query_gpu_rows_match_the_real_shape(sim, scenario):
     assert res.returncode == 0, res.stdout + res.stderr
     rows = [line.split(", ") for line in res.stdout.splitlines()]
     names = FIELDS.split(",")
-    count = json.loads((SIM / "scenarios" / (scenario + ".json")).read_text()).get("gpu_count", 8)
+    count = gpu_count(scenario)
     assert len(rows) == count
     for row in rows:
         assert len(row) == len(names), row
