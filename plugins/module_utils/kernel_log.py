@@ -54,6 +54,28 @@ SAMPLE_CHARS = 400
 MAX_SAMPLES = 5
 MAX_GPU_IDS = 256
 CHUNK_BYTES = 1024 * 1024  # fits the CPU caches: faster than bigger reads
+MARKER = b"NVRM"
+# The marker's rarest byte in kernel logs, and how many false hits of it one search takes before it falls back to the
+# plain search (a log where that byte is common).
+_PROBE, _PROBE_AT, _PROBE_MISSES = b"V", 1, 16
+
+
+def find_marker(buf, start, end):
+    """buf.find(b"NVRM", start, end), about twenty times faster on a kernel log: CPython searches a one-byte needle
+    with memchr (vectorised) but a longer one byte by byte. Each hit of the marker's rarest byte is checked whole; a
+    log full of that byte falls back to the plain search after a few false hits, so it never costs much more."""
+    find = buf.find
+    i = find(_PROBE, start + _PROBE_AT, end)
+    misses = 0
+    while i >= 0:
+        at = i - _PROBE_AT
+        if buf[at:at + 4] == MARKER:
+            return at if at + 4 <= end else -1
+        misses += 1
+        if misses > _PROBE_MISSES:
+            return find(MARKER, at + 1, end)
+        i = find(_PROBE, i + 1, end)
+    return -1
 
 RECOVERY_ACTIONS = {
     0: "none",
@@ -350,7 +372,7 @@ class XidScanner:
             if carry_len:
                 line = carry + bytes(buf[:min(first_nl, max(0, MAX_LINE_CHARS - len(carry)))])
                 self._bytes_line(line, carry_len + first_nl)
-            elif buf.find(b"NVRM", 0, first_nl) >= 0:
+            elif find_marker(buf, 0, first_nl) >= 0:
                 self._bytes_line(bytes(buf[:min(first_nl, MAX_LINE_CHARS)]), first_nl)
             last_nl = buf.rfind(b"\n", 0, size)
             if last_nl > first_nl:
@@ -376,7 +398,7 @@ class XidScanner:
         find = buf.find
         pos = start
         while True:
-            i = find(b"NVRM", pos, end)
+            i = find_marker(buf, pos, end)
             if i < 0:
                 return
             line_start = buf.rfind(b"\n", pos, i) + 1

@@ -250,14 +250,15 @@ sampling:
   description:
     - With O(sample), the nvidia-smi samples taken beside the burn in M(kentino.gpufleet.gpu_sample)'s result shape
       (samples, per_gpu, problems, stopped_early, stop_reason, duration_s, interval_s, nvidia_smi, and that check's
-      own verdict, reasons and evidence). The burn-in registers it as the gpu_sample result.
+      own verdict, reasons and evidence). The fleet report judges it as the gpu_sample check of a result registered
+      as C(gpufleet_result_gpu_burn).
   returned: when O(sample) was given and gpu_burn ran
   type: dict
 ib_ports:
   description:
     - With O(ib_ports), the second read of the ports in M(kentino.gpufleet.ib_ports)'s result shape (ports, baseline,
-      problems, root, not_run, and that check's own verdict, reasons and evidence). The burn-in registers it as the
-      ib_ports result.
+      problems, root, not_run, and that check's own verdict, reasons and evidence). The fleet report judges it as the
+      ib_ports check of a result registered as C(gpufleet_result_gpu_burn).
   returned: when O(ib_ports) was given
   type: dict
 """

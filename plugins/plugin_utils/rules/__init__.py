@@ -64,8 +64,26 @@ _FACT_KEYS = ("gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_driver_version", 
               "gpufleet_pci_gpus")
 
 
+# The burn's job carries the samples taken beside it and the InfiniBand ports read around it (one node-side job, one
+# result registered as gpufleet_result_gpu_burn): each is a check of its own, split off here.
+BURN_PARTS = (("sampling", "gpu_sample", "not sampled"), ("ib_ports", "ib_ports", "not read"))
+
+
 def _results(hv):
-    return {k[len("gpufleet_result_"):]: v for k, v in hv.items() if k.startswith("gpufleet_result_")}
+    results = {k[len("gpufleet_result_"):]: v for k, v in hv.items() if k.startswith("gpufleet_result_")}
+    burn = results.get("gpu_burn")
+    if not isinstance(burn, dict) or burn.get("skipped") or (burn.get("failed") and "verdict" not in burn):
+        return results  # a stage that never got the job's result records its own reason (skip, rescue)
+    parts = {key: burn[key] for key, _name, _verb in BURN_PARTS if key in burn}
+    why = burn.get("not_run") or _mapping(burn.get("tool")).get("error")
+    if not parts and not why:
+        return results  # registered before the job carried its parts: they are results of their own, or absent
+    results["gpu_burn"] = {k: v for k, v in burn.items() if k not in parts}
+    for key, name, verb in BURN_PARTS:
+        # A part missing from the job's result is a skipped check with the burn's reason, never a pass.
+        results.setdefault(name, parts[key] if key in parts else {
+            "skipped": True, "skip_reason": "%s: %s" % (verb, why or "the burn returned none")})
+    return results
 
 
 def _mapping(value):
