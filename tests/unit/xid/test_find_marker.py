@@ -1,7 +1,7 @@
 """find_marker is bytes.find(b"NVRM") made fast (memchr on the marker's rarest byte): it must answer exactly as the
 plain search, at every bound, in logs where that byte is rare, common, or cut at the edges."""
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log import MARKER, find_marker, XidScanner
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log import MARKER, XidScanner, find_marker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
