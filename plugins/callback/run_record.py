@@ -10,7 +10,7 @@ type: aggregate
 short_description: Keep what a gpufleet run has found, and write its report when the run is interrupted
 description:
   - Records, as they arrive, the results the collection's playbooks register (C(gpufleet_result_*),
-    C(gpufleet_xid_before)), the C(gpufleet_*) facts and the run's id from M(kentino.gpufleet.run_guard).
+    C(gpufleet_xid_before) of older runs), the C(gpufleet_*) facts and the run's id from M(kentino.gpufleet.run_guard).
   - When C(ansible-playbook) ends without finishing the run (Ctrl-C, an error that stops the playbook), it first stops
     the run's work on the nodes that had not finished (C(playbooks/abort.yml) for this run only, which stops the tools, the
     check modules and Ansible's async wrappers), then judges what it has with the same rules as

@@ -40,8 +40,10 @@ options:
   mode:
     description:
       - V(audit) reads everything below. V(identity) reads only the GPUs (one nvidia-smi query, no C(-q), no
-        processes) and the versions and platform, returns no facts and no RV(gpu_sample) - what a burn-in or preflight
-        records for the history (drift, the customer handover sheet) without touching their own GPU table.
+        processes) and the versions and platform, returns no GPU table and no RV(gpu_sample) - what a burn-in or
+        preflight records for the history (drift, the customer handover sheet) without touching their own GPU table.
+        With O(xid_state_file), V(identity) also reads the XIDs (the fact C(gpufleet_xid) only, not judged in this
+        module's verdict): a burn-in's mark before its load, in the same round trip.
     type: str
     choices: [audit, identity]
     default: audit
@@ -178,8 +180,9 @@ mode:
   type: str
 ansible_facts:
   description: C(gpufleet_gpus), C(gpufleet_gpu_count), C(gpufleet_driver_version), C(gpufleet_gpu_problems) as
-    M(kentino.gpufleet.gpu_facts) sets them, and C(gpufleet_xid) as M(kentino.gpufleet.xid_facts) sets it.
-  returned: when O(mode=audit)
+    M(kentino.gpufleet.gpu_facts) sets them, and C(gpufleet_xid) as M(kentino.gpufleet.xid_facts) sets it. With
+    O(mode=identity), C(gpufleet_xid) only, when O(xid_state_file) is given.
+  returned: when O(mode=audit), or the XIDs were read
   type: dict
 gpus:
   description:
@@ -371,17 +374,20 @@ def main():
     t = given_thresholds(module, {"gpufleet_env_expected": p["env_expected"],
                                   "gpufleet_xid_severity_overrides": p["severity_overrides"] or {}})
     p["env_expected"], p["severity_overrides"] = t["gpufleet_env_expected"], t["gpufleet_xid_severity_overrides"]
-    if p["mode"] == "identity":
-        p.update(include_q=False, xid=False, env=False, checkpoint_path="")
+    identity = p["mode"] == "identity"
+    if identity:
+        # XIDs only as a burn-in's mark (a position file given): the read its window goes on from
+        p.update(include_q=False, xid=bool(p["xid"] and p["xid_state_file"]), env=False, checkpoint_path="")
     result, facts = Snapshot(module, p, _xid_reader(module, p)).collect()
     result["mode"] = p["mode"]
-    if p["mode"] == "identity":
+    if identity:
         result["gpu_sample"] = None  # the run's own sampler and GPU table stay the ones judged
-        facts = {}
+        # the mark's XIDs are the read before the burn, judged with the window's by the report's XID rule
+        facts = dict((k, v) for k, v in facts.items() if k == "gpufleet_xid")
     if result["tool"] is None:
         result["tool"] = {"argv": [], "rc": None, "timed_out": False, "duration_s": 0.0,
                           "error": (result["parts"].get("gpus") or {}).get("error")}
-    findings = _verdicts(result, facts, node_name(), t)
+    findings = _verdicts(result, {} if identity else facts, node_name(), t)
     if facts:
         result["ansible_facts"] = facts
     exit_check(module, result, findings)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timezone
 
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import read_result, schema_errors
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import (
+    read_result,
+    schema_errors,
+    xid_before,
+)
 
 # gpu_facts keys -> gpu_runs columns
 _FACT_COLUMNS = {
@@ -70,9 +74,7 @@ def xid_events_of(hv):
     """XID events of the host's validated XID reads (before the burn and after), deduplicated."""
     facts_in = hv.get("ansible_facts") if isinstance(hv.get("ansible_facts"), dict) else {}
     reads = []
-    before = ((hv.get("gpufleet_xid_before") or {}).get("ansible_facts") or {}).get("gpufleet_xid") \
-        if isinstance(hv.get("gpufleet_xid_before"), dict) else None
-    for read in (before, facts_in.get("gpufleet_xid")):
+    for read in (xid_before(hv), facts_in.get("gpufleet_xid")):
         if read is not None and not schema_errors("xid_facts", read):
             reads.append(read)
     out, seen = [], set()

@@ -35,7 +35,11 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
     xid,
 )
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.node import Node
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import read_result, schema_errors
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import (
+    read_result,
+    schema_errors,
+    xid_before,
+)
 
 # Findings made here rather than by a judge: code -> (severity, what it means). docs/rules.md is generated from these.
 CODES = {
@@ -106,8 +110,7 @@ def _facts(node, hv):
             _invalid(node, "gpu_facts", "; ".join(errors))
             facts = None
     xids = []
-    before = _mapping(_mapping(hv.get("gpufleet_xid_before")).get("ansible_facts")).get("gpufleet_xid")
-    for read in (before, facts_in.get("gpufleet_xid")):
+    for read in (xid_before(hv), facts_in.get("gpufleet_xid")):
         if read is None:
             continue
         errors = schema_errors("xid_facts", read)

@@ -103,3 +103,18 @@ def read_result(name, result):
     if data.get("not_run"):
         return "skipped", data, str(data["not_run"])
     return "ok", data, ""
+
+
+def xid_before(hv):
+    """A host's XID read before the burn (xid_facts' gpufleet_xid), or None: the mark the identity snapshot reads in
+    its round trip (the fact in its registered result), or, in runs before that, xid_facts' own registered read."""
+    def mapping(value):
+        return value if isinstance(value, dict) else {}
+
+    old = mapping(hv.get("gpufleet_xid_before"))
+    if old:
+        return mapping(old.get("ansible_facts")).get("gpufleet_xid")
+    snapshot = mapping(hv.get("gpufleet_result_health_snapshot"))
+    if snapshot.get("mode") == "identity":  # an audit's snapshot reads the XIDs the host's facts hold: not a mark
+        return mapping(snapshot.get("ansible_facts")).get("gpufleet_xid")
+    return None
