@@ -69,8 +69,8 @@ def find_marker(buf, start, end):
     misses = 0
     while i >= 0:
         at = i - _PROBE_AT
-        if buf[at:at + 4] == MARKER:
-            return at if at + 4 <= end else -1
+        if buf[at:at + len(MARKER)] == MARKER:
+            return at if at + len(MARKER) <= end else -1
         misses += 1
         if misses > _PROBE_MISSES:
             return find(MARKER, at + 1, end)
