@@ -43,7 +43,7 @@ options:
         processes) and the versions and platform, returns no GPU table and no RV(gpu_sample) - what a burn-in or
         preflight records for the history (drift, the customer handover sheet) without touching their own GPU table.
         With O(xid_state_file), V(identity) also reads the XIDs (the fact C(gpufleet_xid) only, not judged in this
-        module's verdict): a burn-in's mark before its load, in the same round trip.
+        module's verdict) - a burn-in's mark before its load, in the same round trip.
     type: str
     choices: [audit, identity]
     default: audit
