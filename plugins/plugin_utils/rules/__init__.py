@@ -36,6 +36,7 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import (
 )
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.node import Node
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import (
+    mapping,
     read_result,
     schema_errors,
     xid_before,
@@ -79,7 +80,7 @@ def _results(hv):
     if not isinstance(burn, dict) or burn.get("skipped") or (burn.get("failed") and "verdict" not in burn):
         return results  # a stage that never got the job's result records its own reason (skip, rescue)
     parts = {key: burn[key] for key, _name, _verb in BURN_PARTS if key in burn}
-    why = burn.get("not_run") or _mapping(burn.get("tool")).get("error")
+    why = burn.get("not_run") or mapping(burn.get("tool")).get("error")
     if not parts and not why:
         return results  # registered before the job carried its parts: they are results of their own, or absent
     results["gpu_burn"] = {k: v for k, v in burn.items() if k not in parts}
@@ -90,10 +91,6 @@ def _results(hv):
     return results
 
 
-def _mapping(value):
-    return value if isinstance(value, dict) else {}
-
-
 def _invalid(node, check, reason):
     node.add("error", "RESULT_INVALID", "%s: the %s result does not match its schema: %s" % (node.host, check, reason),
              "report this as a kentino.gpufleet bug with report.json (node and controller run different versions?)",
@@ -102,7 +99,7 @@ def _invalid(node, check, reason):
 
 def _facts(node, hv):
     """The gpu_facts facts (validated) and the XID reads (validated), or None/[] with an error finding."""
-    facts_in = _mapping(hv.get("ansible_facts"))
+    facts_in = mapping(hv.get("ansible_facts"))
     facts = {k: facts_in[k] for k in _FACT_KEYS if k in facts_in}
     if facts:
         errors = schema_errors("gpu_facts", facts)
@@ -179,7 +176,7 @@ def _lost(node, ctx):
 def _gpu_facts(node, ctx):
     if ctx["facts"]:
         # In an audit a busy GPU is production work, not a finding.
-        audit = _mapping(ctx["results"].get("health_snapshot")).get("mode") == "audit"
+        audit = mapping(ctx["results"].get("health_snapshot")).get("mode") == "audit"
         health.apply(node, ctx["facts"], [e.get("pci") for e in ctx["lost"] if e.get("pci")],
                      busy_is_finding=not audit)
 
@@ -260,7 +257,7 @@ def evaluate_node(host, hv, in_play_hosts=None):
                  check="config")
     results = _results(hv)
     # What hostvars.read_host could not read (a value that does not template) comes as this pseudo result.
-    for message in _mapping(results.pop("report_input", None)).get("reasons") or []:
+    for message in mapping(results.pop("report_input", None)).get("reasons") or []:
         node.add("error", "VARIABLE_UNREADABLE", message,
                  "fix that variable of %s in the inventory (the message says why it does not template), then rerun"
                  % host, [message], check="config")

@@ -105,12 +105,14 @@ def read_result(name, result):
     return "ok", data, ""
 
 
+def mapping(value):
+    """value when it is a mapping, else {}: a field of a result from the node may be anything."""
+    return value if isinstance(value, dict) else {}
+
+
 def xid_before(hv):
     """A host's XID read before the burn (xid_facts' gpufleet_xid), or None: the mark the identity snapshot reads in
     its round trip (the fact in its registered result), or, in runs before that, xid_facts' own registered read."""
-    def mapping(value):
-        return value if isinstance(value, dict) else {}
-
     old = mapping(hv.get("gpufleet_xid_before"))
     if old:
         return mapping(old.get("ansible_facts")).get("gpufleet_xid")
