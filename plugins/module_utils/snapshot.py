@@ -9,6 +9,7 @@ collection's existing readers and parsers and returns what their modules return,
               the reading's timestamp, utilisation, SM clocks, InfoROM image, the bank remap histogram
     sample    that same reading in gpu_sample's shape (PCIe link under load, throttling: judge_samples)
     xid       the XIDs logged since the previous audit (xid_facts' incremental reader, its own position file)
+    nvlink    a burn-in's NVLink read before its load (nvlink_read.MARK_GATHER, nvlink_facts' fact), in mode identity
     storage   checkpoint_storage's observations of the checkpoint path, without the write test
     env       training_env_facts' observations of the training user's environment
     versions  driver, DCGM (dcgmi --version), kernel, system BIOS and board identity (DMI), VBIOS and InfoROM per GPU
@@ -25,7 +26,7 @@ import os
 import re
 import time
 
-from ansible_collections.kentino.gpufleet.plugins.module_utils import checkpoint_state, training_env_state
+from ansible_collections.kentino.gpufleet.plugins.module_utils import checkpoint_state, nvlink_read, training_env_state
 from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_table import MISSING_MESSAGE, facts, read_table
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import convert_value
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi_query import (
@@ -143,8 +144,9 @@ class Snapshot:
             self.facts.update(facts([], None, [gpu_problem("tool_missing", MISSING_MESSAGE)]))
             self.parts["gpus"].update(ok=False, error=MISSING_MESSAGE)
             return
-        table, evidence, rows = read_table(exe, self.budget.timeout(p["timeout"]), p["mode"] == "audit",
-                                           p["include_q"], EXTRA_SPEC, runner=self.runner)
+        table, evidence, rows = read_table(exe, self.budget.timeout(p["timeout"]),
+                                           p["mode"] == "audit" or p.get("gpu_table", False), p["include_q"],
+                                           EXTRA_SPEC, runner=self.runner)
         self.facts.update(table)
         self.result["nvidia_smi"] = evidence
         self.result["tool"] = evidence["calls"][0] if evidence["calls"] else None
@@ -175,6 +177,15 @@ class Snapshot:
         self.facts["gpufleet_xid"] = xid_facts
         self.result["xid_tool"] = tool
         self.result["notes"].extend(notes)
+
+    def nvlink(self):
+        p = self.p
+        params = {"executable": p["nvidia_smi_executable"], "fabric_manager_service": p["nvlink_fabric_manager_service"],
+                  "sysfs_root": p["nvlink_sysfs_root"], "procfs_root": p["nvlink_procfs_root"], "baseline": None}
+        fact, calls = nvlink_read.read(self.module, params, nvlink_read.MARK_GATHER,
+                                       lambda: self.budget.timeout(p["timeout"]))
+        self.facts["gpufleet_nvlink"] = fact
+        self.result["nvlink_calls"] = calls
 
     def storage(self):
         p = self.p
@@ -227,6 +238,8 @@ class Snapshot:
         self.run_part("gpus", self.gpus)
         if self.p["xid"]:
             self.run_part("xid", self.xid)
+        if self.p.get("nvlink_mark"):
+            self.run_part("nvlink", self.nvlink)
         if self.p["checkpoint_path"]:
             self.run_part("storage", self.storage)
         if self.p["env"]:

@@ -43,7 +43,8 @@ options:
         processes) and the versions and platform, returns no GPU table and no RV(gpu_sample) - what a burn-in or
         preflight records for the history (drift, the customer handover sheet) without touching their own GPU table.
         With O(xid_state_file), V(identity) also reads the XIDs (the fact C(gpufleet_xid) only, not judged in this
-        module's verdict) - a burn-in's mark before its load, in the same round trip.
+        module's verdict) - a burn-in's mark before its load, in the same round trip; with O(nvlink_mark), the NVLink
+        read before the load too; with O(gpu_table), the run's GPU table.
     type: str
     choices: [audit, identity]
     default: audit
@@ -125,6 +126,34 @@ options:
   dcgmi_executable:
     description: Path of dcgmi when it is not on E(PATH) (for the DCGM version).
     type: path
+  gpu_table:
+    description:
+      - With O(mode=identity) only. Also read and return the GPU table exactly as M(kentino.gpufleet.gpu_facts) does
+        (its facts C(gpufleet_gpus), C(gpufleet_gpu_count), C(gpufleet_gpu_problems), C(gpufleet_driver_version),
+        with the processes and C(nvidia-smi -q)), in the same nvidia-smi query as the identity's - the table a
+        burn-in or preflight judges as its own (the report's gpu_facts check; not judged in this module's verdict).
+    type: bool
+    default: false
+  nvlink_mark:
+    description:
+      - With O(mode=identity) only. Also read what a burn-in compares its NVLink read after the load with (the fact
+        C(gpufleet_nvlink) of M(kentino.gpufleet.nvlink_facts) with its O(kentino.gpufleet.nvlink_facts#module:gather)
+        of platform, fabric_manager, gpus, nvlink and counters; not judged in this module's verdict), in the same
+        round trip. Its tool calls are in RV(nvlink_calls), its part in RV(parts).
+    type: bool
+    default: false
+  nvlink_fabric_manager_service:
+    description: The fabric manager's systemd unit, for O(nvlink_mark).
+    type: str
+    default: nvidia-fabricmanager
+  nvlink_sysfs_root:
+    description: Where sysfs is mounted (NVSwitch detection), for O(nvlink_mark).
+    type: path
+    default: /sys
+  nvlink_procfs_root:
+    description: Where procfs is mounted (NVSwitch detection), for O(nvlink_mark).
+    type: path
+    default: /proc
   dmi_dir:
     description: Directory of the DMI identity files (system BIOS version, board and product names and serials).
     type: path
@@ -215,7 +244,7 @@ platform:
   returned: always
   type: dict
 parts:
-  description: Per part (gpus, xid, storage, env, versions) - ok, duration_s, error (why it could not be read),
+  description: Per part (gpus, xid, nvlink, storage, env, versions) - ok, duration_s, error (why it could not be read),
     skipped (V(budget) when the time budget was spent before it).
   returned: always
   type: dict
@@ -239,6 +268,11 @@ xid_tool:
   description: The journalctl or dmesg call.
   returned: when the XIDs were read
   type: dict
+nvlink_calls:
+  description: The tool calls of the NVLink read (argv, rc, timed_out, duration_s, error).
+  returned: with O(nvlink_mark)
+  type: list
+  elements: dict
 nvidia_smi:
   description: Evidence of the nvidia-smi calls (calls, rejected_fields, unsupported_keys, unparsed).
   returned: when nvidia-smi ran
@@ -252,6 +286,7 @@ notes:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import (
+    fabric_manager,
     judge_env,
     judge_gpu_health,
     judge_samples,
@@ -358,6 +393,11 @@ def main():
             env_expected=dict(type="dict"),
             dcgmi_executable=dict(type="path"),
             dmi_dir=dict(type="path", default="/sys/class/dmi/id"),
+            gpu_table=dict(type="bool", default=False),
+            nvlink_mark=dict(type="bool", default=False),
+            nvlink_fabric_manager_service=dict(type="str", default=fabric_manager.SERVICE),
+            nvlink_sysfs_root=dict(type="path", default="/sys"),
+            nvlink_procfs_root=dict(type="path", default="/proc"),
             **THRESHOLD_OPTIONS
         ),
         supports_check_mode=True,
@@ -375,15 +415,22 @@ def main():
                                   "gpufleet_xid_severity_overrides": p["severity_overrides"] or {}})
     p["env_expected"], p["severity_overrides"] = t["gpufleet_env_expected"], t["gpufleet_xid_severity_overrides"]
     identity = p["mode"] == "identity"
+    if p["nvlink_mark"] and not identity:
+        module.fail_json(msg="nvlink_mark is the NVLink read before a burn: it needs mode identity (an audit's NVLink "
+                             "read is kentino.gpufleet.nvlink_facts)")
+    if p["gpu_table"] and not identity:
+        module.fail_json(msg="gpu_table returns a run's GPU table from mode identity; an audit reads it always")
     if identity:
-        # XIDs only as a burn-in's mark (a position file given): the read its window goes on from
-        p.update(include_q=False, xid=bool(p["xid"] and p["xid_state_file"]), env=False, checkpoint_path="")
+        # XIDs only as a burn-in's mark (a position file given): the read its window goes on from. The GPU table's
+        # -q only when the table is returned (gpu_facts' read).
+        p.update(include_q=p["gpu_table"], xid=bool(p["xid"] and p["xid_state_file"]), env=False, checkpoint_path="")
     result, facts = Snapshot(module, p, _xid_reader(module, p)).collect()
     result["mode"] = p["mode"]
     if identity:
         result["gpu_sample"] = None  # the run's own sampler and GPU table stay the ones judged
         # the mark's XIDs are the read before the burn, judged with the window's by the report's XID rule
-        facts = dict((k, v) for k, v in facts.items() if k == "gpufleet_xid")
+        if not p["gpu_table"]:
+            facts = dict((k, v) for k, v in facts.items() if k in ("gpufleet_xid", "gpufleet_nvlink"))
     if result["tool"] is None:
         result["tool"] = {"argv": [], "rc": None, "timed_out": False, "duration_s": 0.0,
                           "error": (result["parts"].get("gpus") or {}).get("error")}

@@ -2,17 +2,18 @@
 # Copyright: kentino.gpufleet contributors; Apache-2.0
 """nvlink_facts reads -> findings, the node's interconnect and per-GPU NVLink figures (judge: module_utils/judge_nvlink).
 
-Two reads of the same facts module: the one before the burn (registered gpufleet_nvlink_before: the fabric manager,
-the links and their counters) and the one after it (gpufleet_result_nvlink_facts: everything; its fact also holds the
-first read's counters as its baseline). A run with only one read (preflight, or a node that stopped early) is judged
-on that read, without the counters' rise (the read before the burn on what it gathered: no fabric registration or
-topology). Each read is checked against schemas/nvlink_facts.json first.
+Two reads of the same facts: the one before the burn (the fabric manager, the links and their counters: the
+identity snapshot's fact, or gpufleet_nvlink_before of older runs; reading.nvlink_before) and the one after it
+(gpufleet_result_nvlink_facts: everything; its fact also holds the first read's counters as its baseline). A run with
+only one read (preflight, or a node that stopped early) is judged on that read, without the counters' rise (the read
+before the burn on what it gathered: no fabric registration or topology). Each read is checked against
+schemas/nvlink_facts.json first.
 """
 
 from __future__ import annotations
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_nvlink
-from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import schema_errors
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import nvlink_before, schema_errors
 
 CHECK = "nvlink"
 MODULE = "nvlink_facts"
@@ -51,7 +52,7 @@ def _registered_state(registered):
 def apply(node, hv):
     """Judge the node's NVLink reads (nothing happens when the run took none). Returns the node's interconnect
     (nvswitch, nvlink, pcie, mixed), None when not read."""
-    before_reg = hv.get("gpufleet_nvlink_before")
+    before_reg = nvlink_before(hv)
     after_reg = hv.get("gpufleet_result_%s" % MODULE)
     if before_reg is None and after_reg is None:
         return

@@ -120,3 +120,23 @@ def xid_before(hv):
     if snapshot.get("mode") == "identity":  # an audit's snapshot reads the XIDs the host's facts hold: not a mark
         return mapping(snapshot.get("ansible_facts")).get("gpufleet_xid")
     return None
+
+
+def nvlink_before(hv):
+    """A host's NVLink read before the burn as a registered result (its fact in ansible_facts.gpufleet_nvlink, or
+    failed with the reason), or None: the mark the identity snapshot reads in its round trip, or, in runs before
+    that, nvlink_facts' own registered read (gpufleet_nvlink_before)."""
+    if "gpufleet_nvlink_before" in hv:
+        return hv["gpufleet_nvlink_before"]
+    snapshot = mapping(hv.get("gpufleet_result_health_snapshot"))
+    if snapshot.get("mode") != "identity":  # an audit reads no NVLink
+        return None
+    fact = mapping(snapshot.get("ansible_facts")).get("gpufleet_nvlink")
+    if fact is not None:
+        return {"ansible_facts": {"gpufleet_nvlink": fact}}
+    part = mapping(mapping(snapshot.get("parts")).get("nvlink"))
+    if part:  # the snapshot tried and got nothing: its budget was spent, or the read raised
+        return {"failed": True, "msg": "the NVLink read before the burn: %s" % (
+            part.get("error") or ("skipped, the snapshot's time budget was spent" if part.get("skipped") else
+                                  "no fact returned"))}
+    return None

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+from ansible_collections.kentino.gpufleet.plugins.module_utils import nvlink_read
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
 
 REPO = Path(__file__).resolve().parents[3]
@@ -24,9 +24,8 @@ for _hv in BURN.values():
     _hv.pop("gpufleet_result_nvlink_facts", None)
 SIM_BIN = REPO / "sim" / "bin"
 NODE = "sim-node02"
-# What the burn-in reads before the burn (roles/gpufleet/tasks/stages/nvlink_mark.yml).
-MARK_GATHER = yaml.safe_load((REPO / "roles" / "gpufleet" / "tasks" / "stages" / "nvlink_mark.yml").read_text())[0][
-    "kentino.gpufleet.nvlink_facts"]["gather"]
+# What the burn-in reads before the burn (the identity snapshot's NVLink mark).
+MARK_GATHER = list(nvlink_read.MARK_GATHER)
 
 
 @pytest.fixture(scope="module")
