@@ -183,13 +183,20 @@ def _match(entries, block):
     return next((g for g in entries if g["index"] == block.get("index")), None)
 
 
-def _apply_status(entries, parsed, problems):
+def _matched(entries, parsed, problems, tool):
+    """(GPU entry, block) for each block of another tool's output; a block of a GPU --query-gpu did not list is a
+    problem, never a guess."""
     for block in parsed["gpus"]:
         gpu = _match(entries, block)
         if gpu is None:
-            problems.append(_problem("unknown_gpu", "nvidia-smi nvlink -s names GPU %s (%s) that --query-gpu did not "
-                                     "list" % (block["index"], block.get("uuid")), index=block["index"]))
+            problems.append(_problem("unknown_gpu", "%s names GPU %s (%s) that --query-gpu did not list" % (
+                tool, block["index"], block.get("uuid")), index=block["index"]))
             continue
+        yield gpu, block
+
+
+def _apply_status(entries, parsed, problems):
+    for gpu, block in _matched(entries, parsed, problems, "nvidia-smi nvlink -s"):
         links = [{"link": link["link"], "up": link["up"], "speed_gbps": link["speed_gbps"]} for link in block["links"]]
         gpu["nvlink_links"] = links
         gpu["nvlink_all_inactive"] = block["all_inactive"]
@@ -204,12 +211,7 @@ def _apply_status(entries, parsed, problems):
 
 
 def _apply_counters(entries, parsed, problems):
-    for block in parsed["gpus"]:
-        gpu = _match(entries, block)
-        if gpu is None:
-            problems.append(_problem("unknown_gpu", "nvidia-smi nvlink -e names GPU %s (%s) that --query-gpu did not "
-                                     "list" % (block["index"], block.get("uuid")), index=block["index"]))
-            continue
+    for gpu, block in _matched(entries, parsed, problems, "nvidia-smi nvlink -e"):
         counters = []
         sums = {"crc": None, "replay": None, "recovery": None}
         for link in sorted(block["links"]):
