@@ -39,12 +39,13 @@ attributes:
 options:
   mode:
     description:
-      - V(audit) reads everything below. V(identity) reads only the GPUs (one nvidia-smi query, no C(-q), no
-        processes) and the versions and platform, returns no GPU table and no RV(gpu_sample) - what a burn-in or
-        preflight records for the history (drift, the customer handover sheet) without touching their own GPU table.
-        With O(xid_state_file), V(identity) also reads the XIDs (the fact C(gpufleet_xid) only, not judged in this
+      - V(audit) reads everything below. V(identity) reads only the GPUs (one nvidia-smi query) and the versions
+        and platform, and returns no RV(gpu_sample) - what a burn-in or preflight records for the history (drift, the
+        customer handover sheet). With O(gpu_table) it also returns the run's GPU table (the processes and C(-q) read
+        too), which the run judges as its own; without it, no GPU table.
+      - With O(xid_state_file), V(identity) also reads the XIDs (the fact C(gpufleet_xid) only, not judged in this
         module's verdict) - a burn-in's mark before its load, in the same round trip; with O(nvlink_mark), the NVLink
-        read before the load too; with O(gpu_table), the run's GPU table.
+        read before the load too.
     type: str
     choices: [audit, identity]
     default: audit
