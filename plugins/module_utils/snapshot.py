@@ -145,7 +145,7 @@ class Snapshot:
             self.parts["gpus"].update(ok=False, error=MISSING_MESSAGE)
             return
         table, evidence, rows = read_table(exe, self.budget.timeout(p["timeout"]),
-                                           p["mode"] == "audit" or p.get("gpu_table", False), p["include_q"],
+                                           p["mode"] == "audit" or p["gpu_table"], p["include_q"],
                                            EXTRA_SPEC, runner=self.runner)
         self.facts.update(table)
         self.result["nvidia_smi"] = evidence
@@ -238,7 +238,7 @@ class Snapshot:
         self.run_part("gpus", self.gpus)
         if self.p["xid"]:
             self.run_part("xid", self.xid)
-        if self.p.get("nvlink_mark"):
+        if self.p["nvlink_mark"]:
             self.run_part("nvlink", self.nvlink)
         if self.p["checkpoint_path"]:
             self.run_part("storage", self.storage)

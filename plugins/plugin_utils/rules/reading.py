@@ -110,16 +110,20 @@ def mapping(value):
     return value if isinstance(value, dict) else {}
 
 
+def _identity_snapshot(hv):
+    """The host's identity snapshot (the burn-in's marks before the burn are its facts), or {}: an audit's snapshot
+    reads what the host's facts hold after the run, never a mark."""
+    snapshot = mapping(hv.get("gpufleet_result_health_snapshot"))
+    return snapshot if snapshot.get("mode") == "identity" else {}
+
+
 def xid_before(hv):
     """A host's XID read before the burn (xid_facts' gpufleet_xid), or None: the mark the identity snapshot reads in
     its round trip (the fact in its registered result), or, in runs before that, xid_facts' own registered read."""
     old = mapping(hv.get("gpufleet_xid_before"))
     if old:
         return mapping(old.get("ansible_facts")).get("gpufleet_xid")
-    snapshot = mapping(hv.get("gpufleet_result_health_snapshot"))
-    if snapshot.get("mode") == "identity":  # an audit's snapshot reads the XIDs the host's facts hold: not a mark
-        return mapping(snapshot.get("ansible_facts")).get("gpufleet_xid")
-    return None
+    return mapping(_identity_snapshot(hv).get("ansible_facts")).get("gpufleet_xid")
 
 
 def nvlink_before(hv):
@@ -128,9 +132,7 @@ def nvlink_before(hv):
     that, nvlink_facts' own registered read (gpufleet_nvlink_before)."""
     if "gpufleet_nvlink_before" in hv:
         return hv["gpufleet_nvlink_before"]
-    snapshot = mapping(hv.get("gpufleet_result_health_snapshot"))
-    if snapshot.get("mode") != "identity":  # an audit reads no NVLink
-        return None
+    snapshot = _identity_snapshot(hv)
     fact = mapping(snapshot.get("ansible_facts")).get("gpufleet_nvlink")
     if fact is not None:
         return {"ansible_facts": {"gpufleet_nvlink": fact}}
