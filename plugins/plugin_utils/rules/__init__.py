@@ -39,6 +39,7 @@ from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading imp
     mapping,
     read_result,
     schema_errors,
+    xid_after,
     xid_before,
 )
 
@@ -97,8 +98,9 @@ def _invalid(node, check, reason):
              [reason], check=check)
 
 
-def _facts(node, hv):
-    """The gpu_facts facts (validated) and the XID reads (validated), or None/[] with an error finding."""
+def _facts(node, hv, results):
+    """The gpu_facts facts (validated), the XID reads (validated) and why the read after the burn is missing (or
+    None); None/[] with an error finding for what does not validate."""
     facts_in = mapping(hv.get("ansible_facts"))
     facts = {k: facts_in[k] for k in _FACT_KEYS if k in facts_in}
     if facts:
@@ -106,8 +108,9 @@ def _facts(node, hv):
         if errors:
             _invalid(node, "gpu_facts", "; ".join(errors))
             facts = None
+    after, unread = xid_after(hv, results)
     xids = []
-    for read in (xid_before(hv), facts_in.get("gpufleet_xid")):
+    for read in (xid_before(hv), after):
         if read is None:
             continue
         errors = schema_errors("xid_facts", read)
@@ -115,7 +118,7 @@ def _facts(node, hv):
             _invalid(node, "xid_facts", "; ".join(errors))
         else:
             xids.append(read)
-    return facts or None, xids
+    return facts or None, xids, unread
 
 
 def _check_state(node, name, state, reason):
@@ -153,7 +156,7 @@ class Rule(namedtuple("Rule", "name reads writes run")):
 
 # What the pipeline starts from: the host's variables, its registered results (and those read through the schema
 # door), the GPU table's facts, the XID reads.
-INPUTS = ("hv", "results", "read", "facts", "xid_reads", "in_play_hosts")
+INPUTS = ("hv", "results", "read", "facts", "xid_reads", "xid_unread", "in_play_hosts")
 # What a rule's output is before it runs (or when it crashed: RULE_ERROR): the next ones still judge.
 CTX_DEFAULTS = {"lost": [], "interconnect": None, "reachable": True, "stage": None}
 
@@ -210,8 +213,8 @@ def _reach(node, ctx):
 PIPELINE = [
     Rule("gpu_table", ("facts",), ("gpu_table",), _gpu_table),
     Rule("lost", ("xid_reads", "facts", "read"), ("lost",), _lost),
-    Rule("xid_facts", ("xid_reads", "facts", "read", "gpu_table"), ("findings",),
-         lambda node, ctx: xid.apply(node, ctx["xid_reads"], _problem_sources(ctx))),
+    Rule("xid_facts", ("xid_reads", "xid_unread", "facts", "read", "gpu_table"), ("findings",),
+         lambda node, ctx: xid.apply(node, ctx["xid_reads"], _problem_sources(ctx), ctx["xid_unread"])),
     Rule("gpu_facts", ("facts", "results", "gpu_table", "lost"), ("findings",), _gpu_facts),
     Rule("nvlink", ("hv", "gpu_table"), ("findings", "interconnect"), _nvlink),
     Rule(samples.COVERAGE, ("read", "lost"), ("findings",), _sample_coverage),
@@ -261,7 +264,7 @@ def evaluate_node(host, hv, in_play_hosts=None):
         node.add("error", "VARIABLE_UNREADABLE", message,
                  "fix that variable of %s in the inventory (the message says why it does not template), then rerun"
                  % host, [message], check="config")
-    facts, xid_reads = _facts(node, hv)
+    facts, xid_reads, xid_unread = _facts(node, hv, results)
     read = {}
     for name, _rule in CHECKS:
         if name in results:
@@ -281,7 +284,7 @@ def evaluate_node(host, hv, in_play_hosts=None):
         _invalid(node, name, "gpufleet_result_%s is not a result this collection knows (known: %s)" % (
             name, ", ".join(n for n, _ in CHECKS)))
     ctx = dict(CTX_DEFAULTS, hv=hv, results=results, read=read, facts=facts, xid_reads=xid_reads,
-               in_play_hosts=in_play_hosts)
+               xid_unread=xid_unread, in_play_hosts=in_play_hosts)
     for rule in ORDER:
         _guard(node, rule.name, lambda rule=rule: rule.run(node, ctx))
     _check_verdicts(node)

@@ -126,6 +126,17 @@ def xid_before(hv):
     return mapping(_identity_snapshot(hv).get("ansible_facts")).get("gpufleet_xid")
 
 
+def xid_after(hv, results):
+    """A host's XID read after the burn (the window; a preflight's since the boot) as (gpufleet_xid or None, why it
+    is missing or None): the host's fact, which the read sets (xid_facts' own task, or the burn's job that read it),
+    unless the read failed: the fact is then still the mark before the burn, and an XID window that could not be read
+    is not a window without XIDs."""
+    registered = mapping(results.get("xid_facts"))
+    if registered.get("failed") and mapping(registered.get("ansible_facts")).get("gpufleet_xid") is None:
+        return None, str(registered.get("msg") or "the read failed without a message")
+    return mapping(hv.get("ansible_facts")).get("gpufleet_xid"), None
+
+
 def nvlink_before(hv):
     """A host's NVLink read before the burn as a registered result (its fact in ansible_facts.gpufleet_nvlink, or
     failed with the reason), or None: the mark the identity snapshot reads in its round trip, or, in runs before

@@ -39,8 +39,9 @@ def lost_entries(xid_reads, problem_sources):
     return out
 
 
-def apply(node, xid_reads, problem_sources):
-    """xid_reads: validated gpufleet_xid dicts; problem_sources: [(module, problems list)]."""
+def apply(node, xid_reads, problem_sources, unread=None):
+    """xid_reads: validated gpufleet_xid dicts; problem_sources: [(module, problems list)]; unread: why the read after
+    the burn (a preflight's since the boot) failed, or None: the check is then an error, its XIDs unknown, not absent."""
     gpus = {g["pci"]: i for i, g in node.gpus.items() if g.get("pci")}
     for xid in xid_reads:
         for pci, ids in (xid.get("gpu_ids") or {}).items():
@@ -57,5 +58,10 @@ def apply(node, xid_reads, problem_sources):
                 seen.add((item.get("pci"), item.get("minor"), item.get("line")))
                 init_failures.append(item)
     findings += judge_xid.judge_init_failures(init_failures, node.host, gpus)
+    if unread:
+        findings.append({"severity": "error", "code": "CHECK_ERROR", "message": "%s: the kernel log's XID read "
+                         "failed: %s" % (node.host, unread), "action": "make xid_facts runnable on %s (see the reason: "
+                         "the journal or dmesg readable, the state directory writable), then rerun; the XIDs of the "
+                         "run are unknown, not absent" % node.host, "evidence": [unread]})
     node.timeline = timeline
     node.judged(CHECK, findings, {"events": len(timeline)})
