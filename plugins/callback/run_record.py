@@ -38,6 +38,7 @@ from ansible import context
 from ansible.plugins.callback import CallbackBase
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import render_md, report, run_guard
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.hostvars import plain
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import reach
 
 _KEEP_REGISTERED = ("gpufleet_xid_before",)
 ABORT_PLAYBOOK = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -148,7 +149,7 @@ class CallbackModule(CallbackBase):
             hv = self._inventory_values(host)
             hv.update(shared)
             hv.update(plain(recorded))
-            if not hv.get("gpufleet_completed"):
+            if not reach.completed(host, hv):
                 hv["gpufleet_interrupted"] = True
             data[host] = hv
         if not data:

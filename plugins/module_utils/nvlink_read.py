@@ -333,3 +333,10 @@ def read(module, params, gather, timeout):
     facts["problems"] = public_problems(reader.problems)
     facts["unparsed"] = reader.unparsed
     return facts, reader.calls
+
+
+def registered(module, params, gather, timeout):
+    """nvlink_facts' result for read()'s arguments: the fact and the tool calls. The nvlink_facts module and the burn's
+    job (gpu_burn's nvlink_after, the read after the load) return it alike."""
+    facts, calls = read(module, params, gather, timeout)
+    return {"changed": False, "ansible_facts": {"gpufleet_nvlink": facts}, "nvidia_smi": {"calls": calls}}

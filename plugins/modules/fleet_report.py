@@ -16,7 +16,7 @@ short_description: Judge every node's health results and write the fleet report 
 description:
   - Runs on the controller (an action plugin) once per play, after the checks. For every host it reads the
     registered C(gpufleet_result_*) results, the facts C(gpufleet_gpus), C(gpufleet_gpu_problems), C(gpufleet_xid) and
-    C(gpufleet_stage) from hostvars, applies the rules (verdict per node and per GPU, evidence, the operator's action)
+    the stage each node reached (C(gpufleet_stages)) from hostvars, applies the rules (verdict per node and per GPU, evidence, the operator's action)
     and writes C(report.json) (versioned schema, validated), C(report.md), C(report.html) (one self-contained file)
     and C(junit.xml) under O(report_dir)/O(run_id)/, then points O(report_dir)/C(latest) at it.
   - Every file is written atomically (temp file, fsync, rename) and the C(latest) link is swapped last, so an
@@ -46,7 +46,7 @@ options:
       - Hosts to report on. Default C(ansible_play_hosts_all) of the play the task runs in; hosts that dropped out
         of that play (not in C(ansible_play_hosts)) are reported as V(unreachable) with the stage they reached.
       - When the report runs in a separate play (for example on localhost), pass the node list; a node that did not
-        finish (C(gpufleet_stage) is not V(done)) or has an unreachable result is reported as V(unreachable).
+        finish (its stage in C(gpufleet_stages) is not V(done)) or has an unreachable result is reported as V(unreachable).
     type: list
     elements: str
   report_dir:

@@ -113,6 +113,69 @@ options:
           - The InfiniBand judge's thresholds by their inventory names, as in M(kentino.gpufleet.ib_ports)'s
             O(kentino.gpufleet.ib_ports#module:thresholds).
         type: dict
+  skip:
+    description:
+      - A reason not to load the GPUs (a burn switched off, GPUs refused as busy); gpu_burn does not run and
+        RV(not_run) is this reason, as in check mode; the reads around the load (O(ib_ports), O(nvlink_after),
+        O(xid_window)) are still made.
+    type: str
+    version_added: "0.3.0"
+  nvlink_after:
+    description:
+      - After the load, read NVLink and the fabric as M(kentino.gpufleet.nvlink_facts) does (its reader, all of its
+        O(kentino.gpufleet.nvlink_facts#module:gather)), with O(nvlink_after.baseline) as the read before the load;
+        the result comes back in RV(nvlink_after) in nvlink_facts' result shape, and its fact C(gpufleet_nvlink) is
+        set. One job instead of a module round trip of its own after the burn.
+      - Omit to leave NVLink out.
+    type: dict
+    version_added: "0.3.0"
+    suboptions:
+      baseline:
+        description: The read before the load (nvlink_facts' C(gpufleet_nvlink)), whose error counters the rise is
+          measured from.
+        type: dict
+      fabric_manager_service:
+        description: The fabric manager's systemd unit.
+        type: str
+        default: nvidia-fabricmanager
+      sysfs_root:
+        description: Where sysfs is mounted (NVSwitch detection).
+        type: path
+        default: /sys
+      procfs_root:
+        description: Where procfs is mounted (NVSwitch detection).
+        type: path
+        default: /proc
+      timeout:
+        description: Seconds each nvidia-smi call of the read may take.
+        type: int
+        default: 60
+      skip:
+        description: A reason not to make this read (switched off, no NVLink on the node); RV(nvlink_after) is then
+          a skipped result with this reason, as a stage that does not run records it.
+        type: str
+  xid_window:
+    description:
+      - After the load (and after O(nvlink_after)), read the kernel log's XIDs since the position saved in
+        O(xid_window.state_file) as M(kentino.gpufleet.xid_facts) does (its reader, source C(auto)), and save the new
+        position; the result comes back in RV(xid_window) in xid_facts' result shape, and its fact C(gpufleet_xid) is
+        set. A read that fails is that result's failure (with the reason), never the burn's.
+      - Omit to leave the kernel log out.
+    type: dict
+    version_added: "0.3.0"
+    suboptions:
+      state_file:
+        description: The position file of the read before the load (xid_facts' O(kentino.gpufleet.xid_facts#module:state_file)).
+        type: path
+        required: true
+      severity_overrides:
+        description: Severity per XID code, as xid_facts' O(kentino.gpufleet.xid_facts#module:severity_overrides).
+        type: dict
+        default: {}
+      timeout:
+        description: Seconds the journal or dmesg read may take.
+        type: int
+        default: 60
 notes:
   - O(executable) defaults to C(gpu_burn), then C(gpu-burn), on E(PATH) or in C(/opt/gpufleet/bin), where the
     C(kentino.gpufleet.validation_tools) role installs it.
@@ -261,6 +324,20 @@ ib_ports:
       ib_ports check of a result registered as C(gpufleet_result_gpu_burn).
   returned: when O(ib_ports) was given
   type: dict
+nvlink_after:
+  description:
+    - With O(nvlink_after), M(kentino.gpufleet.nvlink_facts)' result of the read after the load (C(ansible_facts),
+      C(nvidia_smi)), or C(failed) with C(msg) when the read raised, or C(skipped) with C(skip_reason) for
+      O(nvlink_after.skip). The fleet report judges it as a result registered as C(gpufleet_result_nvlink_facts).
+  returned: when O(nvlink_after) was given
+  type: dict
+xid_window:
+  description:
+    - With O(xid_window), M(kentino.gpufleet.xid_facts)' result of the read after the load (C(ansible_facts),
+      C(tool), C(warnings)), or C(failed) with C(msg) (and C(tool), C(notes)) when the log could not be read or the
+      position not saved. The fleet report judges it as a result registered as C(gpufleet_result_xid_facts).
+  returned: when O(xid_window) was given
+  type: dict
 """
 
 import os
@@ -269,10 +346,13 @@ import threading
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import (
+    fabric_manager,
     gpu_sampling,
     ib_check,
     judge_gpu_burn,
     judge_samples,
+    nvlink_read,
+    xid_read,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
@@ -285,6 +365,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import m
 from ansible_collections.kentino.gpufleet.plugins.module_utils.gpu_burn_output import parse_gpu_burn, start_missing
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nvidia_smi import parse_query_gpu
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_policy import parse_overrides
 
 MAP_FIELDS = ["index", "pci.bus_id", "uuid"]
 
@@ -376,6 +457,52 @@ class PortsAroundLoad:
         return ib_check.judged(ib_check.read(self.root, self.before["ports"]), self.t, self.host)
 
 
+class ReadsAfterLoad:
+    """The burn-in's reads after the load, made by this job (options nvlink_after, xid_window) with nvlink_facts' and
+    xid_facts' own readers and result shapes: the report judges them as those modules' results. Their options are
+    checked before the burn; a read that fails or raises is that read's failed result, never the burn's."""
+
+    def __init__(self, module, params):
+        self.module = module
+        self.nvlink = params["nvlink_after"]
+        self.xid = params["xid_window"]
+        self.overrides = {}
+        for name, options in (("nvlink_after", self.nvlink), ("xid_window", self.xid)):
+            if options is not None and options["timeout"] < 1:
+                module.fail_json(msg="%s.timeout must be at least 1 second, got %s" % (name, options["timeout"]))
+        if self.xid is not None:
+            try:
+                self.overrides = parse_overrides(self.xid["severity_overrides"])
+            except ValueError as exc:
+                module.fail_json(msg="xid_window.severity_overrides: %s" % exc)
+
+    def read(self, obs):
+        """Add the parts to the observations, and the facts they set (as the modules' own tasks would)."""
+        facts = {}
+        for key, options, reader in (("nvlink_after", self.nvlink, self._nvlink), ("xid_window", self.xid, self._xid)):
+            if options is None:
+                continue
+            try:
+                obs[key] = reader(options)
+            except Exception as exc:  # the burn's result must survive a reader's bug
+                obs[key] = {"failed": True, "msg": "%s: the read raised %s: %s (a kentino.gpufleet bug: report it with "
+                                                   "this message)" % (key, type(exc).__name__, exc)}
+            facts.update(obs[key].get("ansible_facts") or {})
+        if facts:
+            obs["ansible_facts"] = facts
+
+    def _nvlink(self, o):
+        if o["skip"]:
+            return {"skipped": True, "skip_reason": o["skip"]}
+        params = {"executable": None, "fabric_manager_service": o["fabric_manager_service"],
+                  "sysfs_root": o["sysfs_root"], "procfs_root": o["procfs_root"], "baseline": o["baseline"]}
+        return nvlink_read.registered(self.module, params, nvlink_read.GATHER, o["timeout"])
+
+    def _xid(self, o):
+        return xid_read.registered(self.module, state_file=o["state_file"], timeout_s=o["timeout"],
+                                   overrides=self.overrides)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=check_argument_spec(
@@ -398,6 +525,20 @@ def main():
                 root=dict(type="path", default=ib_check.ROOT),
                 thresholds=dict(type="dict"),
             )),
+            skip=dict(type="str"),
+            nvlink_after=dict(type="dict", options=dict(
+                baseline=dict(type="dict"),
+                fabric_manager_service=dict(type="str", default=fabric_manager.SERVICE),
+                sysfs_root=dict(type="path", default="/sys"),
+                procfs_root=dict(type="path", default="/proc"),
+                timeout=dict(type="int", default=60),
+                skip=dict(type="str"),
+            )),
+            xid_window=dict(type="dict", options=dict(
+                state_file=dict(type="path", required=True),
+                severity_overrides=dict(type="dict", default={}),
+                timeout=dict(type="int", default=60),
+            )),
             **LEASE_OPTIONS
         ),
         supports_check_mode=True,
@@ -413,6 +554,7 @@ def main():
     timeout = resolve_timeout(module, params["duration"] + 120)
     check = ToolCheck(module, judge_gpu_burn.judge)
     ports = PortsAroundLoad(module, params["ib_ports"], check.host) if params["ib_ports"] is not None else None
+    after = ReadsAfterLoad(module, params)
 
     def finish(obs):
         expected = params["expected_gpus"]
@@ -421,7 +563,11 @@ def main():
         obs["expected_gpus"] = expected
         if ports is not None:
             obs["ib_ports"] = ports.after()
+        after.read(obs)
         check.finish(obs, expected_gpus=expected)
+
+    if params["skip"]:
+        finish({"tool": planned_tool(build_argv(params["executable"] or "gpu_burn", params)), "not_run": params["skip"]})
 
     executable, missing = check.find(("gpu_burn", "gpu-burn"))
     if executable is None:

@@ -139,7 +139,7 @@ nvidia_smi:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kentino.gpufleet.plugins.module_utils import fabric_manager
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
-from ansible_collections.kentino.gpufleet.plugins.module_utils.nvlink_read import GATHER, read
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nvlink_read import GATHER, registered
 
 
 def main():
@@ -154,8 +154,7 @@ def main():
         supports_check_mode=True,
     )
     resolve_timeout(module, 60)
-    facts, calls = read(module, module.params, module.params["gather"], module.params["timeout"])
-    module.exit_json(changed=False, ansible_facts={"gpufleet_nvlink": facts}, nvidia_smi={"calls": calls})
+    module.exit_json(**registered(module, module.params, module.params["gather"], module.params["timeout"]))
 
 
 if __name__ == "__main__":

@@ -226,13 +226,10 @@ tool:
   type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError, read_kernel_log
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import parse_since
-from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_policy import parse_overrides
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_read import registered
 
 
 def main():
@@ -262,27 +259,14 @@ def main():
         module.fail_json(msg="since: %s" % exc)
     if p["timeout"] <= 0 or p["max_events"] <= 0:
         module.fail_json(msg="timeout and max_events must be positive")
-    source = p["source"]
-    try:
-        read = read_kernel_log(
-            source,
-            journalctl=find_tool(module, "journalctl", p["journalctl_executable"]) if source in ("auto", "journal") else None,
-            dmesg=find_tool(module, "dmesg", p["dmesg_executable"]) if source in ("auto", "dmesg") else None,
-            path=p["path"], state_file=p["state_file"], since=since, timeout_s=p["timeout"],
-            scanner_options={"severity_overrides": overrides, "max_events": p["max_events"]})
-    except ReadError as exc:
-        module.fail_json(msg="xid_facts on %s: %s" % (os.uname()[1], exc), tool=exc.tool, notes=exc.notes)
-    tool = read.tool.as_dict() if read.tool is not None else None
-    if p["state_file"] and not module.check_mode:
-        try:
-            read.save()
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="xid_facts: cannot save the read position to %s: %s. Fix: make its directory "
-                                 "writable (become: true) or choose another state_file" % (p["state_file"], exc),
-                             tool=tool)
-    for note in read.position_notes:
+    result = registered(module, p["source"], path=p["path"], state_file=p["state_file"], since=since,
+                        timeout_s=p["timeout"], overrides=overrides, max_events=p["max_events"],
+                        journalctl=p["journalctl_executable"], dmesg=p["dmesg_executable"])
+    if result.get("failed"):
+        module.fail_json(**result)
+    for note in result.pop("warnings"):
         module.warn(note)
-    module.exit_json(changed=False, ansible_facts={"gpufleet_xid": read.facts()}, tool=tool)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

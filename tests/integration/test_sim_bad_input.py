@@ -47,6 +47,12 @@ def test_bad_values_at_run_time_on_some_nodes_do_not_stop_the_others(tmp_path):
     assert burn2["verdict"] == "error" and "/nonexistent/gpu_burn" in " ".join(burn2["reasons"])
     assert by_host["sim-node03"]["checks"]["gpu_burn"]["verdict"] == "error"
     assert not pwned.exists()
+    # The job refused sim-node03's memory before it could read anything: the burn stage's rescue made the reads after
+    # the burn itself (the NVLink counters' rise needs the read after; the mark alone gives no rise).
+    for name in ("sim-node02", "sim-node03"):
+        checks = by_host[name]["checks"]
+        assert checks["nvlink"]["verdict"] == "pass" and checks["nvlink"]["figures"]["errors_rise"] == 0, checks
+        assert checks["xid_facts"]["verdict"] == "pass"
     for name in ("sim-node01", "sim-node04"):
         assert by_host[name]["verdict"] == "pass" and by_host[name]["checks"]["gpu_burn"]["verdict"] == "pass"
 

@@ -73,6 +73,9 @@ _FACT_KEYS = ("gpufleet_gpus", "gpufleet_gpu_count", "gpufleet_driver_version", 
 # The burn's job carries the samples taken beside it and the InfiniBand ports read around it (one node-side job, one
 # result registered as gpufleet_result_gpu_burn): each is a check of its own, split off here.
 BURN_PARTS = (("sampling", "gpu_sample", "not sampled"), ("ib_ports", "ib_ports", "not read"))
+# It also makes the reads after the load (gpu_burn's nvlink_after, xid_window) as those modules' results: read as if
+# registered by their own tasks, which make them instead where the job did not (the burn stage failed).
+AFTER_LOAD = (("nvlink_after", "nvlink_facts"), ("xid_window", "xid_facts"))
 
 
 def _results(hv):
@@ -80,6 +83,10 @@ def _results(hv):
     burn = results.get("gpu_burn")
     if not isinstance(burn, dict) or burn.get("skipped") or (burn.get("failed") and "verdict" not in burn):
         return results  # a stage that never got the job's result records its own reason (skip, rescue)
+    for key, name in AFTER_LOAD:
+        if isinstance(burn.get(key), dict):
+            results.setdefault(name, burn[key])
+    burn = results["gpu_burn"] = {k: v for k, v in burn.items() if k not in dict(AFTER_LOAD)}
     parts = {key: burn[key] for key, _name, _verb in BURN_PARTS if key in burn}
     why = burn.get("not_run") or mapping(burn.get("tool")).get("error")
     if not parts and not why:
@@ -186,7 +193,7 @@ def _gpu_facts(node, ctx):
 
 def _nvlink(node, ctx):
     # Two reads of a facts module, like the XIDs; the interconnect it finds is NCCL's reference's.
-    ctx["interconnect"] = nvlink.apply(node, ctx["hv"])
+    ctx["interconnect"] = nvlink.apply(node, ctx["hv"], ctx["results"].get(nvlink.MODULE))
 
 
 def _check(name, rule, reads=()):
@@ -216,7 +223,7 @@ PIPELINE = [
     Rule("xid_facts", ("xid_reads", "xid_unread", "facts", "read", "gpu_table"), ("findings",),
          lambda node, ctx: xid.apply(node, ctx["xid_reads"], _problem_sources(ctx), ctx["xid_unread"])),
     Rule("gpu_facts", ("facts", "results", "gpu_table", "lost"), ("findings",), _gpu_facts),
-    Rule("nvlink", ("hv", "gpu_table"), ("findings", "interconnect"), _nvlink),
+    Rule("nvlink", ("hv", "results", "gpu_table"), ("findings", "interconnect"), _nvlink),
     Rule(samples.COVERAGE, ("read", "lost"), ("findings",), _sample_coverage),
     Rule("reach", ("hv", "results", "in_play_hosts"), ("findings", "reachable", "stage"), _reach),
     # Last: it reads every finding (a tool's failure and what follows from it on the node).

@@ -4,7 +4,8 @@
 
 Two reads of the same facts: the one before the burn (the fabric manager, the links and their counters: the
 identity snapshot's fact, or gpufleet_nvlink_before of older runs; reading.nvlink_before) and the one after it
-(gpufleet_result_nvlink_facts: everything; its fact also holds the first read's counters as its baseline). A run with
+(everything: gpufleet_result_nvlink_facts, or the burn job's part nvlink_after; its fact also holds the first read's
+counters as its baseline). A run with
 only one read (preflight, or a node that stopped early) is judged on that read, without the counters' rise (the read
 before the burn on what it gathered: no fabric registration or topology). Each read is checked against
 schemas/nvlink_facts.json first.
@@ -49,11 +50,11 @@ def _registered_state(registered):
     return "ok", ""
 
 
-def apply(node, hv):
-    """Judge the node's NVLink reads (nothing happens when the run took none). Returns the node's interconnect
-    (nvswitch, nvlink, pcie, mixed), None when not read."""
+def apply(node, hv, after_reg):
+    """Judge the node's NVLink reads (nothing happens when the run took none); after_reg: the read after the burn (a
+    preflight's only read) as its registered result (nvlink_facts' own task, or the burn's job), or None. Returns the
+    node's interconnect (nvswitch, nvlink, pcie, mixed), None when not read."""
     before_reg = nvlink_before(hv)
-    after_reg = hv.get("gpufleet_result_%s" % MODULE)
     if before_reg is None and after_reg is None:
         return
     before, after = _fact(before_reg), _fact(after_reg)

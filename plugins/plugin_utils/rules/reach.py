@@ -64,14 +64,20 @@ def unreachable_during(results):
 
 
 def stage_reached(host, hv):
-    """The stage the node was in last: `done` once it finished (its own gpufleet_stage), else its entry in
-    gpufleet_stages, the {node: stage} fact every stage's first task updates for all the nodes of the play at once
-    (roles/gpufleet/tasks/stage_enter.yml). None before the first stage."""
+    """The stage the node was in last: its own gpufleet_stage where a run set it (`done` per node, in runs before the
+    stage `done` was entered by all at once), else its entry in gpufleet_stages, the {node: stage} fact every stage's
+    first task updates for all the nodes of the play at once (roles/gpufleet/tasks/stage_enter.yml; `done` once it
+    finished). None before the first stage."""
     stage = hv.get("gpufleet_stage")
     if stage is None:
         stages = hv.get("gpufleet_stages")
         stage = stages.get(host) if isinstance(stages, dict) else None
     return str(stage) if stage is not None else None
+
+
+def completed(host, hv):
+    """The node finished the run: it entered the stage `done` (or, in runs before that, its own gpufleet_completed)."""
+    return hv.get("gpufleet_completed") is True or stage_reached(host, hv) == "done"
 
 
 def apply(node, hv, results, in_play_hosts):
@@ -104,7 +110,7 @@ def apply(node, hv, results, in_play_hosts):
         node.add("unreachable", "UNREACHABLE", "%s: %s during %s" % (node.host, reason, name),
                  "%s; then rerun from stage %s" % (action, stage or "start"), [message], check="reachability")
         return False, stage
-    if hv.get("gpufleet_completed") is True or in_play_hosts is True:
+    if completed(node.host, hv) or in_play_hosts is True:
         return True, stage
     if in_play_hosts is False or (stage is not None and stage != "done"):
         why = "left the play at stage %s without a result saying why" % (stage or "start")

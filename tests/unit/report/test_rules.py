@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import NODE_VERDICTS
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules import reach
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -479,3 +480,18 @@ def test_the_rules_are_a_declared_pipeline_whose_order_follows_what_they_read():
     loop = [rules.Rule("a", ("x",), ("y",), None), rules.Rule("b", ("y",), ("x",), None)]
     with pytest.raises(ValueError, match="wait on each other"):
         rules.ordered(loop)
+
+
+def test_a_node_that_entered_the_stage_done_finished_and_one_short_of_it_did_not():
+    # The stage `done` is entered by every node still in the play after the run's cleanup (stage_enter.yml): that is
+    # the mark of a finished node, in the report and in an interrupted run's record (reach.completed).
+    hv = host()
+    hv.pop("gpufleet_completed")
+    hv.pop("gpufleet_stage", None)
+    hv["gpufleet_stages"] = {H100: "done", "sim-node01": "storage"}
+    assert reach.completed(H100, hv) and not reach.completed("sim-node01", hv)
+    node = judge(hv, in_play=False)
+    assert node["reachable"] and "UNREACHABLE" not in codes(node)
+    hv["gpufleet_stages"][H100] = "storage"
+    node = judge(hv, in_play=False)
+    assert not node["reachable"] and "left the play at stage storage" in finding(node, "UNREACHABLE")["message"]

@@ -13,7 +13,7 @@ def test_a_typo_is_named_with_the_closest_known_names():
 
 
 def test_runtime_names_simulator_names_and_a_sites_own_names_are_accepted():
-    values = {"gpufleet_result_gpu_burn": {}, "gpufleet_sim_scenario": "x", "gpufleet_stage": "burn",
+    values = {"gpufleet_result_gpu_burn": {}, "gpufleet_sim_scenario": "x", "gpufleet_stages": {"n1": "burn"},
               "gpufleet_rack": "r12"}
     assert run_guard.unknown_variables("n1", values)[0].startswith("host n1: unknown variable gpufleet_rack")
     assert run_guard.unknown_variables("n1", values, run_guard.known_names() | {"gpufleet_rack"}) == []
