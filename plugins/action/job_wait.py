@@ -79,6 +79,10 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC, **ONE_OF)
         if args["poll"] < 1 or args["timeout"] < 1:
             raise AnsibleActionFail("poll and timeout must be at least 1 second")
+        if args["skip"]:
+            # The stage's reason not to run, recorded as a skipped task's: no task of its own for it on every node.
+            result.update(skipped=True, skip_reason=args["skip"], changed=False)
+            return result
         job = args["job"] if args["start"] is None else self._start(args, task_vars)
         jid = job.get("ansible_job_id")
         if not jid:

@@ -84,6 +84,13 @@ options:
   run_id:
     description: The run whose lease to refresh.
     type: str
+  skip:
+    description:
+      - A reason not to start the job (a check switched off, GPUs refused as busy); empty or omitted starts it. The
+        task is then skipped, as a C(when) would skip it, with this reason as C(skip_reason) (what the fleet report
+        shows), and nothing runs on the node. One task per check, whether it runs or not.
+    type: str
+    version_added: "0.3.0"
 notes:
   - Runs as an action plugin on the controller and calls M(kentino.gpufleet.job_status) on the node.
 """
@@ -142,6 +149,7 @@ ARGUMENT_SPEC = dict(
     progress_every=dict(type="int", default=60),
     state_dir=dict(type="path"),
     run_id=dict(type="str"),
+    skip=dict(type="str"),
 )
 
 ONE_OF = dict(mutually_exclusive=[("job", "start")], required_one_of=[("job", "start")])

@@ -1,7 +1,7 @@
 """kentino.gpufleet.job_wait with `start`: the job is started and waited for in one task (one worker per node, no gap
 between the start and the first poll in which the run's lease could go stale), as `async` + `poll: 0` would start it;
 check mode runs the module synchronously; `omit` removes an option at any depth; a module that cannot start is the
-task's failure, with its message."""
+task's failure, with its message; a reason not to run (`skip`) skips the task with that reason and starts nothing."""
 
 import json
 import os
@@ -46,10 +46,20 @@ PLAY = """
           ansible.builtin.set_fact:
             __refused: "{{ ansible_failed_result }}"
 
-    - name: Keep both results
+    - name: A job with a reason not to run is skipped with that reason and starts nothing
+      kentino.gpufleet.job_wait:
+        start:
+          module: ansible.builtin.command
+          args:
+            argv: [touch, "{{ out_dir }}/{{ inventory_hostname }}.started"]
+        skip: "{{ 'disabled: gpufleet_dcgm_enabled is false' if inventory_hostname == 'node1' else '' }}"
+        poll: 1
+      register: __skipped
+
+    - name: Keep the results
       check_mode: false
       ansible.builtin.copy:
-        content: "{{ {'job': __job, 'refused': __refused} | to_json }}"
+        content: "{{ {'job': __job, 'refused': __refused, 'skipped': __skipped} | to_json }}"
         dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
         mode: "0600"
       delegate_to: localhost
@@ -88,6 +98,11 @@ def test_start_and_wait_in_one_task(tmp_path, mode):
             # the lease of the run was refreshed by the polls
             assert (tmp_path / "state" / "runs" / "run-1" / "lease").exists(), node
         assert refused["failed"] is True and "duration must be at least 1 second" in refused["msg"], refused
+    skipped = results["node1"]["skipped"]
+    assert skipped["skipped"] is True and skipped["skip_reason"] == "disabled: gpufleet_dcgm_enabled is false"
+    assert not (tmp_path / "node1.started").exists() and "polls" not in skipped
+    if mode == "run":  # an empty reason starts the job
+        assert results["node2"]["skipped"]["finished"] is True and (tmp_path / "node2.started").exists()
     assert "UNREACHABLE" not in output
 
 
