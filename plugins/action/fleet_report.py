@@ -75,7 +75,7 @@ class ActionModule(ActionBase):
             for host in (fabric.get("leaves") or {}) if isinstance(fabric.get("leaves"), dict) else ():
                 if host in data:
                     data[host]["gpufleet_result_fabric"] = fabric
-        nodes = report.evaluate_fleet(list(data), data, play_hosts, processes=report.judge_processes())
+        nodes = report.evaluate_fleet(list(data), data, play_hosts)
         history.judge(nodes, data, args.get("playbook"))
         started = args.get("started") or task_vars.get("gpufleet_run_started")
         try:

@@ -256,52 +256,10 @@ def write_report(report, report_dir, latest=True, inputs=None, validate=True):
     return {"run_dir": str(run_dir), "files": files, "latest": str(link) if link else None}
 
 
-def evaluate_fleet(hosts, hostvars, play_hosts=None, processes=1):
-    """hosts: names; hostvars: {host: plain dict}; play_hosts: hosts still in the play (None when unknown).
-
-    processes: judge the nodes in up to this many processes at once (each node's rules are independent; most of a
-    large fleet's report is checking every result against its schema). Forked, so the hostvars are shared, not
-    copied; where fork is not available, or the pool breaks, the nodes are judged here one after the other. Either way
-    the nodes come back in the order of hosts, judged the same."""
-    jobs = [(host, None if play_hosts is None else host in play_hosts) for host in hosts]
-    if processes > 1 and len(jobs) > 1:
-        nodes = _evaluate_forked(jobs, hostvars, processes)
-        if nodes is not None:
-            return nodes
-    return [rules.evaluate_node(host, hostvars.get(host) or {}, in_play) for host, in_play in jobs]
-
-
-def judge_processes():
-    """How many processes a report judges its nodes in: the cores this process may run on, at most 8."""
-    try:
-        return max(1, min(8, len(os.sched_getaffinity(0))))
-    except (AttributeError, OSError):
-        return max(1, min(8, os.cpu_count() or 1))
-
-
-_FORKED_HOSTVARS = {}  # what the forked judges read: set just before the fork, so it is inherited, never pickled
-
-
-def _judge_forked(job):
-    host, in_play = job
-    return rules.evaluate_node(host, _FORKED_HOSTVARS.get(host) or {}, in_play)
-
-
-def _evaluate_forked(jobs, hostvars, processes):
-    """The nodes judged by a pool of forked processes, or None (no fork here, or the pool failed)."""
-    import multiprocessing  # only here: a report of one node never pays for it
-
-    try:
-        context = multiprocessing.get_context("fork")
-    except ValueError:
-        return None
-    _FORKED_HOSTVARS.clear()
-    _FORKED_HOSTVARS.update(hostvars)
-    try:
-        # Pool forks its workers before it starts its own threads: no fork of a multi-threaded process.
-        with context.Pool(min(processes, len(jobs))) as pool:
-            return pool.map(_judge_forked, jobs, chunksize=1)
-    except Exception:  # noqa: BLE001 - a broken pool costs time, never the report: judged again one by one
-        return None
-    finally:
-        _FORKED_HOSTVARS.clear()
+def evaluate_fleet(hosts, hostvars, play_hosts=None):
+    """hosts: names; hostvars: {host: plain dict}; play_hosts: hosts still in the play (None when unknown)."""
+    nodes = []
+    for host in hosts:
+        in_play = None if play_hosts is None else host in play_hosts
+        nodes.append(rules.evaluate_node(host, hostvars.get(host) or {}, in_play))
+    return nodes
