@@ -294,6 +294,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils import (
     judge_snapshot,
     judge_storage,
     judge_xid,
+    xid_read,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     THRESHOLD_OPTIONS,
@@ -302,15 +303,14 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
     node_name,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
-from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError, read_kernel_log
+from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError
 from ansible_collections.kentino.gpufleet.plugins.module_utils.snapshot import Snapshot, XidReadError
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULT_ENV_EXPECTED
-from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES
 
 
 def _xid_reader(module, p):
-    """read(timeout) -> (gpufleet_xid fact, tool dict, notes) with xid_facts' incremental reader."""
+    """read(timeout) -> (gpufleet_xid fact, tool dict, notes) with xid_facts' incremental reader (xid_read.read)."""
     overrides = {}
     for code, severity in (p["severity_overrides"] or {}).items():
         try:
@@ -323,9 +323,8 @@ def _xid_reader(module, p):
 
     def read(timeout):
         try:
-            got = read_kernel_log(p["xid_source"], journalctl=find_tool(module, "journalctl"),
-                                  dmesg=find_tool(module, "dmesg"), state_file=p["xid_state_file"], timeout_s=timeout,
-                                  scanner_options={"severity_overrides": overrides, "max_events": 500})
+            got = xid_read.read(module, p["xid_source"], state_file=p["xid_state_file"], timeout_s=timeout,
+                                overrides=overrides)
         except ReadError as exc:
             raise XidReadError("%s (run the audit with become: true to read the system journal)" % exc) from None
         if p["xid_state_file"] and not module.check_mode:
