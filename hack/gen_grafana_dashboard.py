@@ -141,9 +141,10 @@ def build():
     d = d.with_panel(ts("XID 92 (single-bit ECC) per day: the slow leak",
                         query('sum by (instance, pci) (increase(gpufleet_xid_events_total{%s,xid="92"}[1d]))' % NODE,
                               "{{instance}} {{pci}}"), span=12))
-    d = d.with_panel(ts("Kernel log lines read / unparsed per second",
-                        query("sum by (instance) (rate(gpufleet_watcher_lines_read_total{%s}[5m]))" % NODE,
-                              "{{instance}} read"),
+    d = d.with_panel(ts("Kernel log read by the XID watcher (bytes per second)",
+                        query("sum by (instance) (rate(gpufleet_watcher_bytes_read_total{%s}[5m]))" % NODE,
+                              "{{instance}}"), unit="Bps", span=12))
+    d = d.with_panel(ts("Kernel log lines the XID watcher could not read (per second)",
                         query("sum by (instance) (rate(gpufleet_watcher_lines_unparsed_total{%s}[5m]))" % NODE,
                               "{{instance}} unparsed"), unit="ops", span=12))
 

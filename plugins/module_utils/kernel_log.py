@@ -386,12 +386,13 @@ class XidScanner:
         self.bytes_read += consumed
         return consumed
 
-    def scan_lines(self, block):
-        """A block of whole lines (bytes ending with a newline, as a follower hands them out): its NVRM lines, found
-        with bytes.find in place (no copy of the block, no per-line Python work for the rest)."""
-        if block:
-            self._scan_region(block, 0, len(block) - 1)
-            self.bytes_read += len(block)
+    def scan_lines(self, block, start=0, end=None):
+        """block[start:end], whole lines (the last ending with a newline, as a follower hands them out): its NVRM
+        lines, found with bytes.find in place (no copy of the block, no per-line Python work for the rest)."""
+        end = len(block) if end is None else end
+        if end > start:
+            self._scan_region(block, start, end - 1)
+            self.bytes_read += end - start
 
     def _scan_region(self, buf, start, end):
         """Lines of buf[start:end] (end is the index of a newline) that contain NVRM."""

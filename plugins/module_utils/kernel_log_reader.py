@@ -460,12 +460,14 @@ class FileSource:
             log("inotify is not available for %s: polling it every %s s" % (path, poll_s))
 
     def read(self, feed_block):
-        block, count = self.follower.read_block()
+        """Feed the whole lines written since the last read, piece by piece (feed_block(buf, start, end)); their
+        bytes."""
+        pieces, size = self.follower.read_block()
         while self.follower.notes:
             self.log(self.follower.notes.pop(0))
-        if block:
-            feed_block(block)
-        return count
+        for buf, start, end in pieces:
+            feed_block(buf, start, end)
+        return size
 
     def wait(self, timeout_s, wake_fds=()):
         """Until the file may have new lines (True), or timeout_s or a wake fd (False)."""
@@ -485,6 +487,11 @@ class FileSource:
         self.follower.close()
         if self.changes is not None:
             self.changes.close()
+
+
+def _size(lines):
+    """Bytes of the tool's output these lines were (each with its newline)."""
+    return sum(map(len, lines)) + len(lines)
 
 
 class _ProcessSource:
@@ -612,7 +619,7 @@ class JournalSource(_ProcessSource):
         if lines:
             feed_lines(lines)
             self._advance(lines)
-        return len(lines)
+        return _size(lines)
 
     def _advance(self, lines):
         """The position after these lines: the newest entry with a cursor (parsed again only for the last lines)."""
@@ -658,7 +665,7 @@ class DmesgSource(_ProcessSource):
         fresh = self.cursor.fresh(lines)
         if fresh:
             feed_lines(fresh)
-        return len(lines)
+        return _size(lines)
 
     def position(self):
         return self.cursor.position()

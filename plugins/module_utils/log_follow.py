@@ -102,11 +102,12 @@ class LineSplitter:
 
 
 class BlockSplitter:
-    """Bytes in, blocks of whole lines out (no per-line Python work: the caller scans blocks with bytes.find).
+    """Bytes in, whole lines out as pieces of the bytes read, never copied (no per-line Python work and no per-byte
+    work either: the caller scans pieces with bytes.find, and counts bytes, not lines).
 
-    Only the unterminated tail is buffered, at most max_line_bytes of it: a longer line is handed out cut at that
-    length (counted in overlong) and the rest of it dropped, so a file of random bytes without newlines costs
-    bounded memory.
+    A piece is (buf, start, end): buf[start:end] is whole lines, the last ending with a newline. Only the
+    unterminated tail is buffered, at most max_line_bytes of it: a longer line is handed out cut at that length
+    (counted in overlong) and the rest of it dropped, so a file of random bytes without newlines costs bounded memory.
     """
 
     def __init__(self, max_line_bytes=MAX_LINE_BYTES):
@@ -116,37 +117,40 @@ class BlockSplitter:
         self.overlong = 0
 
     def feed(self, data):
-        """(block of complete lines ending with a newline or b"", number of lines in it)."""
+        """The pieces of whole lines in data after what was buffered."""
         last_nl = data.rfind(b"\n")
         if last_nl < 0:
             return self._tail(data)
-        body = data[:last_nl + 1]
-        if self.skipping:
-            body = body[body.find(b"\n") + 1:]
+        pieces = []
+        start = 0
+        if self.skipping:  # the rest of an overlong line, dropped
+            start = data.find(b"\n") + 1
             self.skipping = False
-            block = body
-        else:
-            block = self.partial + body if self.partial else body
+        elif self.partial:  # the line begun in the last read: the only bytes joined
+            start = data.find(b"\n") + 1
+            line = self.partial + data[:start]
+            pieces.append((line, 0, len(line)))
         self.partial = b""
-        extra, extra_lines = self._tail(data[last_nl + 1:])
-        return block + extra, block.count(b"\n") + extra_lines
+        if start <= last_nl:
+            pieces.append((data, start, last_nl + 1))
+        return pieces + self._tail(data[last_nl + 1:])
 
     def _tail(self, rest):
         if self.skipping or not rest:
-            return b"", 0
+            return []
         if len(self.partial) + len(rest) > self.max_line_bytes:
-            head = (self.partial + rest)[:self.max_line_bytes]
+            head = (self.partial + rest)[:self.max_line_bytes] + b"\n"
             self.partial = b""
             self.skipping = True
             self.overlong += 1
-            return head + b"\n", 1
+            return [(head, 0, len(head))]
         self.partial += rest
-        return b"", 0
+        return []
 
     def flush(self):
         """The unterminated rest as a last line (the writer is gone: a rotated file)."""
         line, self.partial, self.skipping = self.partial, b"", False
-        return (line + b"\n", 1) if line else (b"", 0)
+        return [(line + b"\n", 0, len(line) + 1)] if line else []
 
     @property
     def pending_bytes(self):
@@ -156,7 +160,7 @@ class BlockSplitter:
 class FileFollower:
     """Follow a plain-text log file by polling (no inotify in the stdlib; a poll a fraction of a second is cheap).
 
-    read_block() returns blocks of whole lines. position: {"path", "inode", "dev", "offset", "head_bytes",
+    read_block() returns pieces of whole lines (BlockSplitter). position: {"path", "inode", "dev", "offset", "head_bytes",
     "head_sha256"} of the last run, or None. The saved offset is always at a line start, so a restart neither repeats
     nor loses a line. Rotation (the path now names another inode): the old file is read to its end first, through the
     descriptor still open or, after a restart, the rotated sibling found by inode; then the new file from its start.
@@ -207,46 +211,47 @@ class FileFollower:
 
     # ---- reading --------------------------------------------------------------------------------------------
     def read_block(self):
-        """(bytes of whole lines written since the last call, number of lines); (b"", 0) when nothing is new.
+        """(pieces of whole lines written since the last call (see BlockSplitter), the bytes of the file they took
+        up, with the dropped rest of an overlong line); ([], 0) when nothing is new.
 
         At most read_bytes (plus one line) per call, so a caller can work in bounded steps. Never raises for I/O
         problems: they go to notes.
         """
         if self._old is not None:
-            block, count = self._drain(self._old, count_offset=False)
-            if block:
-                return block, count
+            pieces, size = self._drain(self._old, count_offset=False)
+            if pieces:
+                return pieces, size
             self._old.close()
             self._old = None
-            block, count = self.splitter.flush()
-            if block:
-                return block, count
+            pieces, size = self._flush()
+            if pieces:
+                return pieces, size
         if self.fh is None:
             self._open_initial()
             if self.fh is None:
-                return b"", 0
-        block, count = self._drain(self.fh)
-        if block:
-            return block, count
+                return [], 0
+        pieces, size = self._drain(self.fh)
+        if pieces:
+            return pieces, size
         try:
             st = os.stat(self.path)
         except OSError:
-            return b"", 0  # rotated away, the new file not yet created: keep the old one open
+            return [], 0  # rotated away, the new file not yet created: keep the old one open
         if st.st_ino != self.st.st_ino or st.st_dev != self.st.st_dev:
-            block, count = self._drain(self.fh)  # written to the old file between the read above and the rename
-            if block:
-                return block, count
-            block, count = self.splitter.flush()  # the old file is read to its end: its unterminated last line
+            pieces, size = self._drain(self.fh)  # written to the old file between the read above and the rename
+            if pieces:
+                return pieces, size
+            pieces, size = self._flush()  # the old file is read to its end: its unterminated last line
             self.fh.close()
             try:
                 self.fh, self.st = self._open(self.path)
             except (IOError, OSError) as exc:
                 self.notes.append("cannot open %s after its rotation: %s (retrying)" % (self.path, exc.strerror or exc))
                 self.fh, self.st = None, None
-                return block, count
+                return pieces, size
             self.offset = 0
             self.notes.append("%s was rotated: following the new file" % self.path)
-            return block, count
+            return pieces, size
         if st.st_size < self.offset + self.splitter.pending_bytes:
             self.notes.append("%s was truncated (size %d, read up to %d): reading it from the start"
                               % (self.path, st.st_size, self.offset))
@@ -254,23 +259,30 @@ class FileFollower:
             self.fh.seek(0)
             self.offset = 0
             return self._drain(self.fh)
-        return b"", 0
+        return [], 0
+
+    def _flush(self):
+        size = self.splitter.pending_bytes
+        return self.splitter.flush(), size
 
     def _drain(self, fh, count_offset=True):
+        size = 0
         while True:
             try:
                 data = fh.read(self.read_bytes)
             except (IOError, OSError) as exc:
                 self.notes.append("read error on %s: %s" % (self.path, exc))
-                return b"", 0
+                return [], size
             if not data:
-                return b"", 0
+                return [], size
             before = self.splitter.pending_bytes
-            block, count = self.splitter.feed(data)
+            pieces = self.splitter.feed(data)
+            taken = before + len(data) - self.splitter.pending_bytes
+            size += taken
             if count_offset:
-                self.offset += before + len(data) - self.splitter.pending_bytes
-            if block:
-                return block, count
+                self.offset += taken
+            if pieces:
+                return pieces, size
 
     def position(self):
         """Where a restart resumes: the start of the first line not yet handed out."""

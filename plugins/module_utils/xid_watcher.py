@@ -257,7 +257,7 @@ class Watcher:
         self.counted_79 = []  # [boot_id, pci] pairs with an XID 79 counted (one per GPU and boot)
         self.identity = {}  # pci -> {"index", "uuid", "name"}
         self.max_visible = 0
-        self.lines_read = 0
+        self.bytes_read = 0
         self.unparsed = {}  # reason -> lines
         self.series_dropped = 0
         self._overlong_seen = 0
@@ -309,7 +309,7 @@ class Watcher:
                         self.last_ts[(pci, xid, severity)] = float(ts)
             self.identity = dict(state.get("identity") or {})
             self.max_visible = int(state.get("max_visible") or 0)
-            self.lines_read = int(state.get("lines_read") or 0)
+            self.bytes_read = int(state.get("bytes_read") or 0)  # a state before bytes: its "lines_read" is no byte count
             self.unparsed = {str(k): int(v) for k, v in (state.get("unparsed") or {}).items()}
             self.series_dropped = int(state.get("series_dropped") or 0)
             self.counted_79 = [list(p) for p in state.get("counted_79") or []]
@@ -341,7 +341,7 @@ class Watcher:
             "counted_79": self.counted_79[-256:],
             "identity": self.identity,
             "max_visible": self.max_visible,
-            "lines_read": self.lines_read,
+            "bytes_read": self.bytes_read,
             "unparsed": self.unparsed,
             "series_dropped": self.series_dropped,
             "saved_at": self.clock(),
@@ -377,9 +377,9 @@ class Watcher:
         return JournalSource(cfg["journalctl"], cfg["journal_matches"], cfg["journal_grep"], position, self.scanner,
                              self.log)
 
-    def _feed_block(self, block):
+    def _feed_block(self, block, start, end):
         self.scanner.reference = datetime.datetime.now().astimezone()  # syslog lines have no year
-        self.scanner.scan_lines(block)
+        self.scanner.scan_lines(block, start, end)
 
     def _feed_lines(self, lines):
         self.scanner.reference = datetime.datetime.now().astimezone()
@@ -524,8 +524,10 @@ class Watcher:
                                 "When the watcher last wrote this file (at least every heartbeat).").add(now))
         fam.append(MetricFamily("gpufleet_watcher_start_time_seconds", "gauge",
                                 "When the watcher process started.").add(self.started))
-        fam.append(MetricFamily("gpufleet_watcher_lines_read_total", "counter",
-                                "Kernel log lines (journal entries) the watcher read.").add(self.lines_read))
+        fam.append(MetricFamily("gpufleet_watcher_bytes_read_total", "counter",
+                                "Bytes of the source the watcher read: the log file's, journalctl's or dmesg's "
+                                "output (bytes, not lines: counting lines would cost the watcher more than finding "
+                                "the XIDs does).").add(self.bytes_read))
         f = MetricFamily("gpufleet_watcher_lines_unparsed_total", "counter",
                          "Lines that could not be read as what they seemed to be, by reason (an NVRM Xid line the "
                          "parser does not know, bad journal JSON, an overlong line).")
@@ -607,18 +609,18 @@ class Watcher:
         self.wake()
 
     def read(self):
-        """Read what is new once and count it. Returns the lines read."""
+        """Read what is new once and count it. Returns the bytes read (whole lines)."""
         if self.source.kind == "file":
-            count = self.source.read(self._feed_block)
-            if count:
+            size = self.source.read(self._feed_block)
+            if size:
                 self._take_events()
         else:
-            count = self.source.read(self._feed_lines)
-        if count:
-            self.lines_read += count
+            size = self.source.read(self._feed_lines)
+        if size:
+            self.bytes_read += size
             self._dirty = self._state_dirty = True  # the position moved
             self._last_lines = time.monotonic()
-        return count
+        return size
 
     def wait(self):
         """Block until lines come, a write is due, or a wake. Lines that keep coming gather for read_interval_seconds
@@ -631,7 +633,7 @@ class Watcher:
         self._drain_wake()
 
     def step(self):
-        """Read what is new once, count it, write when due, wait when nothing was new. Returns the lines read."""
+        """Read what is new once, count it, write when due, wait when nothing was new. Returns the bytes read."""
         count = self.read()
         self._apply_inventory()
         self.maybe_write()
