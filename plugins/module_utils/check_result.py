@@ -146,3 +146,58 @@ class ToolCheck:
     def finish(self, observations, **judge_kwargs):
         """Exit with the observations and the judge's verdict (thresholds given as the module's options)."""
         exit_check(self.module, observations, self.judge(observations, self.t, self.host, **judge_kwargs))
+
+
+class CheckExit(Exception):
+    """How a check run by EmbeddedModule ends: its result (exit_json's, or fail_json's with failed and msg)."""
+
+    def __init__(self, result):
+        Exception.__init__(self, result.get("msg") or "check finished")
+        self.result = result
+
+
+class EmbeddedModule:
+    """A check's AnsibleModule as another module's job runs it (dcgm_diag's nccl_after): its own validated options,
+    its exits captured as results (CheckExit) instead of ending the process; everything else is the real module's."""
+
+    def __init__(self, module, name, params):
+        self._module = module
+        self._name = name
+        self.params = params
+
+    def exit_json(self, **result):
+        raise CheckExit(result)
+
+    def fail_json(self, msg, **kwargs):
+        kwargs.update(failed=True, msg=msg)
+        raise CheckExit(kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+
+def embedded(module, name, spec, given, inherit=("state_dir", "run_id", "lease_timeout")):
+    """(EmbeddedModule, None) with `given` checked against `spec` as AnsibleModule checks a task's options (the
+    options named in `inherit` taken from `module` unless given), or (None, error message)."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    params = dict(given)
+    for key in inherit:
+        if params.get(key) is None and module.params.get(key) is not None:
+            params[key] = module.params[key]
+    checked = ArgumentSpecValidator(spec).validate(params)
+    if checked.error_messages:
+        return None, "; ".join(checked.error_messages)
+    return EmbeddedModule(module, name, checked.validated_parameters), None
+
+
+def captured(body, *args):
+    """The result body(*args) ends with (CheckExit); an exception it raises is a failed result that says so."""
+    try:
+        body(*args)
+    except CheckExit as done:
+        return done.result
+    except Exception as exc:  # the other check's result must survive this one's bug
+        return {"failed": True, "msg": "raised %s: %s (a kentino.gpufleet bug: report it with this message)"
+                                       % (type(exc).__name__, exc)}
+    return {"failed": True, "msg": "the check ended without a result (a kentino.gpufleet bug)"}

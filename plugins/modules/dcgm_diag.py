@@ -45,6 +45,16 @@ options:
     description: Indexes of the GPUs to test (C(-i)). Default all GPUs.
     type: list
     elements: int
+  nccl_after:
+    description:
+      - After dcgmi diag, run M(kentino.gpufleet.nccl_test) with these options (any of its options; O(state_dir),
+        O(run_id) and O(lease_timeout) are this module's unless given) in the same job. Its result comes back in
+        RV(nccl_after) in nccl_test's result shape, whatever dcgmi's verdict. One job instead of a module round trip
+        of its own and its polls, as the burn-in runs them.
+      - Its options are checked before dcgmi runs; a bad one fails the task and nothing runs.
+      - Omit to run dcgmi diag only.
+    type: dict
+    version_added: "0.3.0"
 requirements:
   - DCGM with its host engine running (C(nvidia-dcgm) service or C(nv-hostengine)).
 notes:
@@ -70,6 +80,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+nccl_after:
+  description:
+    - With O(nccl_after), M(kentino.gpufleet.nccl_test)'s result (observations, verdict), or C(failed) with C(msg)
+      when it could not run. The fleet report judges it as a result registered as C(gpufleet_result_nccl_test).
+  returned: when O(nccl_after) was given
+  type: dict
 verdict:
   description:
     - The node's own verdict, V(pass), V(warn), V(fail), V(error) or V(skipped), from this check's judge with the
@@ -158,12 +174,16 @@ problems:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dcgm
+from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_dcgm, nccl_check
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_options import check_argument_spec, resolve_timeout
 from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result import (
     LEASE_OPTIONS,
     TOOL_DIRS,
+    CheckExit,
+    EmbeddedModule,
     ToolCheck,
+    captured,
+    embedded,
     planned_tool,
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.dcgm_diag_json import level_run, parse_dcgm_diag
@@ -202,19 +222,19 @@ def choose_level(module, params):
     return 3, "auto: level 3 for %s (%s)" % (", ".join(sorted(set(names))), source)
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=check_argument_spec(
-            level=dict(type="str", default="auto", choices=["1", "2", "3", "4", "auto"]),
-            gpu_names=dict(type="list", elements="str"),
-            gpus=dict(type="list", elements="int"),
-            **LEASE_OPTIONS
-        ),
-        supports_check_mode=True,
+def argument_spec():
+    return check_argument_spec(
+        level=dict(type="str", default="auto", choices=["1", "2", "3", "4", "auto"]),
+        gpu_names=dict(type="list", elements="str"),
+        gpus=dict(type="list", elements="int"),
+        nccl_after=dict(type="dict"),
+        **LEASE_OPTIONS
     )
+
+
+def run(module):
+    """dcgmi diag as the options say; exits with the observations and the verdict (ToolCheck.finish)."""
     params = module.params
-    if params["gpus"] is not None and (not params["gpus"] or min(params["gpus"]) < 0):
-        module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
     check = ToolCheck(module, judge_dcgm.judge)
     finish = check.finish
     executable, missing = check.find(("dcgmi",), INSTALL_HINT)
@@ -243,6 +263,33 @@ def main():
         observations.update(parsed)
         observations["level_run"] = level_run(parsed)
     finish(observations)
+
+
+def nccl_after(module):
+    """The NCCL check of O(nccl_after), its options checked before dcgmi runs: (EmbeddedModule, thresholds)."""
+    nccl, error = embedded(module, "nccl_test", nccl_check.argument_spec(), module.params["nccl_after"])
+    if nccl is None:
+        module.fail_json(msg="nccl_after: %s" % error)
+    try:
+        return nccl, nccl_check.check_options(nccl)
+    except CheckExit as refused:
+        module.fail_json(msg="nccl_after: %s" % refused.result["msg"])
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    params = module.params
+    if params["gpus"] is not None and (not params["gpus"] or min(params["gpus"]) < 0):
+        module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
+    if params["nccl_after"] is None:
+        run(module)
+    nccl, thresholds = nccl_after(module)
+    # dcgmi diag, then NCCL, in this one job: each its own result, whatever the other's.
+    result = captured(run, EmbeddedModule(module, "dcgm_diag", params))
+    result["nccl_after"] = captured(nccl_check.run, nccl, thresholds)
+    if result.get("failed"):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

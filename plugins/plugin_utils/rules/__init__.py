@@ -76,10 +76,17 @@ BURN_PARTS = (("sampling", "gpu_sample", "not sampled"), ("ib_ports", "ib_ports"
 # It also makes the reads after the load (gpu_burn's nvlink_after, xid_window) as those modules' results: read as if
 # registered by their own tasks, which make them instead where the job did not (the burn stage failed).
 AFTER_LOAD = (("nvlink_after", "nvlink_facts"), ("xid_window", "xid_facts"))
+# The burn-in's dcgm job runs NCCL after dcgmi diag where both run (dcgm_diag's nccl_after): that part is the NCCL
+# check's result, over the NCCL task's own (skipped for it).
+DCGM_NCCL = "nccl_after"
 
 
 def _results(hv):
     results = {k[len("gpufleet_result_"):]: v for k, v in hv.items() if k.startswith("gpufleet_result_")}
+    dcgm = results.get("dcgm_diag")
+    if isinstance(dcgm, dict) and isinstance(dcgm.get(DCGM_NCCL), dict):
+        results["nccl_test"] = dcgm[DCGM_NCCL]
+        results["dcgm_diag"] = {k: v for k, v in dcgm.items() if k != DCGM_NCCL}
     burn = results.get("gpu_burn")
     if not isinstance(burn, dict) or burn.get("skipped") or (burn.get("failed") and "verdict" not in burn):
         return results  # a stage that never got the job's result records its own reason (skip, rescue)

@@ -37,6 +37,17 @@ def test_every_judge_declares_every_threshold_it_reads():
             assert read == set(judge.THRESHOLDS), (judge.__name__, sorted(read ^ set(judge.THRESHOLDS)))
 
 
+ROLE_VARS = yaml.safe_load((STAGES.parent.parent / "vars" / "main.yml").read_text())
+
+
+def _role_var(value):
+    """Options given as one role variable ("{{ __gpufleet_nccl_args }}", vars/main.yml): that variable's value."""
+    if isinstance(value, str):
+        name = value.strip().removeprefix("{{").removesuffix("}}").strip()
+        return ROLE_VARS[name] if name in ROLE_VARS else value
+    return value
+
+
 def _stage_tasks():
     for path in sorted(STAGES.glob("*.yml")):
         for task in yaml.safe_load(path.read_text()) or []:
@@ -45,10 +56,13 @@ def _stage_tasks():
                     if not key.startswith("kentino.gpufleet."):
                         continue
                     if key == "kentino.gpufleet.job_wait" and (options or {}).get("start"):  # started and waited for
-                        key, options = options["start"]["module"], options["start"].get("args")
+                        key, options = options["start"]["module"], _role_var(options["start"].get("args"))
                     options = options or {}
                     if key.split(".")[-1] in MODULE_JUDGES:
                         yield path.name, key.split(".")[-1], options
+                    if key == "kentino.gpufleet.dcgm_diag" and options.get("nccl_after"):  # NCCL in the dcgm job
+                        nccl = str(options["nccl_after"]).split(" if ")[0] + " }}"
+                        yield path.name, "nccl_test", _role_var(nccl)
                     if key == "kentino.gpufleet.gpu_burn" and options.get("sample"):  # the sampler in the burn's job
                         yield path.name, "gpu_sample", options["sample"]
 
