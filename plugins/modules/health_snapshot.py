@@ -143,6 +143,25 @@ options:
         round trip. Its tool calls are in RV(nvlink_calls), its part in RV(parts).
     type: bool
     default: false
+  stop_leftovers:
+    description:
+      - With O(mode=identity) only. First stop what earlier gpufleet runs left running on the node and remove their
+        state, as M(kentino.gpufleet.run_cleanup) does with its O(kentino.gpufleet.run_cleanup#module:run_id) (the
+        same code), before anything is read, so that the GPU table shows the GPUs without an interrupted run's burn.
+        In the same round trip as the identity; what was stopped is in RV(leftovers) and a warning.
+      - When they cannot be stopped the task fails with C(leftovers.failed) (the burn-in and preflight stop the
+        node there).
+    type: dict
+    version_added: "0.3.0"
+    suboptions:
+      state_dir:
+        description: The node's gpufleet state directory.
+        type: path
+        required: true
+      run_id:
+        description: The current run, whose work is kept.
+        type: str
+        required: true
   nvlink_fabric_manager_service:
     description: The fabric manager's systemd unit, for O(nvlink_mark).
     type: str
@@ -204,6 +223,13 @@ not_run:
   description: Why nothing ran (check mode, a precondition), else null.
   returned: always
   type: str
+leftovers:
+  description:
+    - With O(stop_leftovers), what earlier runs left running and was stopped (C(stopped), as
+      M(kentino.gpufleet.run_cleanup) returns it) and C(msg) in one line; C(failed) with C(msg) when they could not be
+      stopped.
+  returned: when O(stop_leftovers) was given
+  type: dict
 mode:
   description: The O(mode) the snapshot ran in.
   returned: always
@@ -304,6 +330,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError
+from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import RUN_ID_RE, describe_stopped, stop_leftovers
 from ansible_collections.kentino.gpufleet.plugins.module_utils.snapshot import Snapshot, XidReadError
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULT_ENV_EXPECTED
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES
@@ -367,6 +394,25 @@ def _verdicts(result, facts, host, t):
     return findings
 
 
+def _stop_leftovers(module, options):
+    """What earlier runs left running, stopped before anything is read ({stopped, msg}); fails the task (with
+    leftovers.failed) when it cannot: the node must not be checked beside an interrupted run's burn."""
+    if not RUN_ID_RE.match(options["run_id"]):
+        module.fail_json(msg="stop_leftovers.run_id %r is not a run id (letters, digits, . _ -)" % options["run_id"])
+    try:
+        stopped = stop_leftovers(options["state_dir"], keep=lambda rid: rid == options["run_id"],
+                                 dry_run=module.check_mode)
+    except Exception as exc:  # stopping processes and removing directories: any failure stops the node
+        msg = ("cannot stop what earlier runs left running under %s: %s. Fix: look for gpu_burn, dcgmi or "
+               "all_reduce_perf still running there, stop them (gpufleet abort), then run again"
+               % (options["state_dir"], exc))
+        module.fail_json(msg=msg, leftovers={"failed": True, "msg": msg})
+    said = describe_stopped(stopped)
+    if any(s.get("killed") for s in stopped):
+        module.warn("stopped what earlier runs left running: %s" % said)
+    return {"stopped": stopped, "msg": ("check mode, would stop: " if module.check_mode else "") + said}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -398,6 +444,8 @@ def main():
             nvlink_fabric_manager_service=dict(type="str", default=fabric_manager.SERVICE),
             nvlink_sysfs_root=dict(type="path", default="/sys"),
             nvlink_procfs_root=dict(type="path", default="/proc"),
+            stop_leftovers=dict(type="dict", options=dict(state_dir=dict(type="path", required=True),
+                                                          run_id=dict(type="str", required=True))),
             **THRESHOLD_OPTIONS
         ),
         supports_check_mode=True,
@@ -420,12 +468,17 @@ def main():
                              "read is kentino.gpufleet.nvlink_facts)")
     if p["gpu_table"] and not identity:
         module.fail_json(msg="gpu_table returns a run's GPU table from mode identity; an audit reads it always")
+    if p["stop_leftovers"] and not identity:
+        module.fail_json(msg="stop_leftovers is a run's first step: it needs mode identity (an audit stops nothing)")
+    leftovers = _stop_leftovers(module, p["stop_leftovers"]) if p["stop_leftovers"] else None
     if identity:
         # XIDs only as a burn-in's mark (a position file given): the read its window goes on from. The GPU table's
         # -q only when the table is returned (gpu_facts' read).
         p.update(include_q=p["gpu_table"], xid=bool(p["xid"] and p["xid_state_file"]), env=False, checkpoint_path="")
     result, facts = Snapshot(module, p, _xid_reader(module, p)).collect()
     result["mode"] = p["mode"]
+    if leftovers is not None:
+        result["leftovers"] = leftovers
     if identity:
         result["gpu_sample"] = None  # the run's own sampler and GPU table stay the ones judged
         # the mark's XIDs are the read before the burn, judged with the window's by the report's XID rule

@@ -71,3 +71,29 @@ def test_check_mode_runs_neither(standin):
     both = run_module("dcgm_diag", dict(DCGM, nccl_after=NCCL), env=env, check_mode=True)
     assert both["not_run"].startswith("check mode") and both["nccl_after"]["not_run"].startswith("check mode")
     assert not dcgmi.ran and not perf.ran
+
+
+def test_the_report_reads_the_jobs_nccl_part_as_the_nccl_check():
+    """Recorded burn-ins: a node whose dcgm job returned NCCL's result (its NCCL task skipped) is judged exactly as
+    with nccl_test's own registered result; a node without the part keeps its own NCCL result."""
+    import copy
+    import json
+    from pathlib import Path
+
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils import rules
+
+    hosts = json.loads((Path(__file__).resolve().parents[2] / "fixtures" / "report" / "sim_burn_in.json")
+                       .read_text())["hosts"]
+    judged = 0
+    for host, hv in sorted(hosts.items()):
+        if not isinstance(hv.get("gpufleet_result_nccl_test"), dict) or "verdict" not in hv["gpufleet_result_nccl_test"]:
+            continue
+        if not isinstance(hv.get("gpufleet_result_dcgm_diag"), dict) or "verdict" not in hv["gpufleet_result_dcgm_diag"]:
+            continue
+        by_job = copy.deepcopy(hv)
+        by_job["gpufleet_result_dcgm_diag"]["nccl_after"] = by_job["gpufleet_result_nccl_test"]
+        by_job["gpufleet_result_nccl_test"] = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False",
+                                               "false_condition": "'nccl_after' not in (gpufleet_result_dcgm_diag | default({}))"}
+        assert rules.evaluate_node(host, by_job) == rules.evaluate_node(host, hv), host
+        judged += 1
+    assert judged >= 5
