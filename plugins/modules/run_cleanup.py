@@ -18,11 +18,13 @@ description:
     next run refuse the node as busy with its own leftovers. Tools are stopped first, then the modules, then the
     wrappers of the modules it stopped (given a few seconds to end by themselves and remove their temporary files).
   - Only process groups recorded by the collection are touched, never other processes on the GPUs.
-  - With O(finished_run_id) it stops what is left of that one run and removes its directory, at the end of a run
+  - With O(finished_run_id) it stops what is left of that one run and removes its directory, at the end of an audit
     (nothing of it runs any more) and when a run is interrupted (the C(kentino.gpufleet.run_record) callback runs
     C(playbooks/abort.yml) for that run before it writes the interrupted report).
-  - The burn-in and preflight run it first; C(playbooks/abort.yml) (C(gpufleet abort)) runs it with no O(run_id) to
-    stop everything.
+  - The burn-in and preflight do the same as their first step, in the identity snapshot's round trip
+    (M(kentino.gpufleet.health_snapshot)'s O(kentino.gpufleet.health_snapshot#module:stop_leftovers)), which also
+    removes what a finished run left; C(playbooks/abort.yml) (C(gpufleet abort)) runs it with no O(run_id) to stop
+    everything.
 version_added: "0.2.0"
 author: kentino.gpufleet contributors
 extends_documentation_fragment:

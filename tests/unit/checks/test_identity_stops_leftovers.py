@@ -87,3 +87,18 @@ def test_a_stop_that_cannot_be_made_fails_the_task_with_leftovers_failed(monkeyp
     result = failed.value.args[0]
     assert result["leftovers"]["failed"] is True and "Permission denied" in result["msg"]
     assert "gpufleet abort" in result["msg"]  # the fix
+
+
+def test_a_finished_runs_state_is_removed_without_a_warning(tmp_path):
+    """A burn-in leaves its lease and job records; the next run's first step removes them and says nothing ran."""
+    states = tmp_path / "state"
+    gone = subprocess.Popen(["true"], process_group=0)
+    gone.wait(10)
+    finished = Lease(str(states), "finished-run", 600)
+    finished.touch()
+    finished.record(gone.pid, ["all_reduce_perf", "-b", "8"])
+    result = identity(tmp_path, stop_leftovers={"state_dir": str(states), "run_id": "this-run"})
+    assert [s["killed"] for s in result["leftovers"]["stopped"]] == [False]
+    assert result["leftovers"]["msg"] == "nothing recorded was still running"
+    assert "earlier runs" not in json.dumps(result.get("warnings", []))
+    assert not (states / "runs" / "finished-run").exists()

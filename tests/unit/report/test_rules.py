@@ -483,7 +483,7 @@ def test_the_rules_are_a_declared_pipeline_whose_order_follows_what_they_read():
 
 
 def test_a_node_that_entered_the_stage_done_finished_and_one_short_of_it_did_not():
-    # The stage `done` is entered by every node still in the play after the run's cleanup (stage_enter.yml): that is
+    # The stage `done` is entered by every node still in the play after the run's last check (stage_enter.yml): that is
     # the mark of a finished node, in the report and in an interrupted run's record (reach.completed).
     hv = host()
     hv.pop("gpufleet_completed")
