@@ -111,7 +111,9 @@ def test_burn_in_over_ssh_reports_what_the_local_run_reports(fleet, burn_in_setu
 
 
 # The processes of the check itself (the identity stage runs `dcgmi -v` for the version: not the kill point).
-@pytest.mark.parametrize("process,stage", [("gpu_burn", "burn"), ("dcgmi.diag", "dcgm"), ("all_reduce_perf", "nccl")])
+# dcgmi diag and NCCL run in one job where both run: the stage the node was lost in is that job's.
+@pytest.mark.parametrize("process,stage", [("gpu_burn", "burn"), ("dcgmi.diag", "dcgm_nccl"),
+                                           ("all_reduce_perf", "dcgm_nccl")])
 def test_node_killed_mid_check_is_unreachable_at_once_with_its_stage(fleet, burn_in_setup, local_reference,
                                                                       restore_nodes, process, stage):
     """Killed during the burn, dcgmi diag or NCCL: UNREACHABLE within the SSH keepalive bound (the long checks are
@@ -121,7 +123,7 @@ def test_node_killed_mid_check_is_unreachable_at_once_with_its_stage(fleet, burn
     _fresh_state(fleet)
     # A longer simulated dcgmi and NCCL so that the kill lands while they run (the simulated NCCL of a healthy node
     # took under a second: the polls below missed it in one run).
-    run = _start(fleet, burn_in_setup, "ssh", "killed-" + stage,
+    run = _start(fleet, burn_in_setup, "ssh", "killed-" + process,
                  [] if stage == "burn" else ["-e", "gpufleet_dcgm_level=4", "-e", "gpufleet_sim_nccl_hold_s=30"])
     deadline = time.monotonic() + 240
     while fleet.ssh(victim, "pgrep -f %s" % process, check=False, timeout=10).returncode != 0:
