@@ -51,7 +51,8 @@ options:
         O(run_id) and O(lease_timeout) are this module's unless given) in the same job. Its result comes back in
         RV(nccl_after) in nccl_test's result shape, whatever dcgmi's verdict. One job instead of a module round trip
         of its own and its polls, as the burn-in runs them.
-      - Its options are checked before dcgmi runs; a bad one fails the task and nothing runs.
+      - Its options are checked before dcgmi runs; a bad one makes RV(nccl_after) C(failed) with the message, and
+        dcgmi diag still runs.
       - Omit to run dcgmi diag only.
     type: dict
     version_added: "0.3.0"
@@ -266,14 +267,15 @@ def run(module):
 
 
 def nccl_after(module):
-    """The NCCL check of O(nccl_after), its options checked before dcgmi runs: (EmbeddedModule, thresholds)."""
+    """The NCCL check of O(nccl_after), its options checked before dcgmi runs: (EmbeddedModule, thresholds), or
+    (None, NCCL's failed result naming the bad option): a typo in NCCL's options must not cost the diag."""
     nccl, error = embedded(module, "nccl_test", nccl_check.argument_spec(), module.params["nccl_after"])
     if nccl is None:
-        module.fail_json(msg="nccl_after: %s" % error)
+        return None, {"failed": True, "msg": "nccl_after: %s" % error}
     try:
         return nccl, nccl_check.check_options(nccl)
     except CheckExit as refused:
-        module.fail_json(msg="nccl_after: %s" % refused.result["msg"])
+        return None, dict(refused.result, msg="nccl_after: %s" % refused.result["msg"])
 
 
 def main():
@@ -283,10 +285,11 @@ def main():
         module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
     if params["nccl_after"] is None:
         run(module)
-    nccl, thresholds = nccl_after(module)
+    nccl, thresholds_or_refusal = nccl_after(module)
     # dcgmi diag, then NCCL, in this one job: each its own result, whatever the other's.
     result = captured(run, EmbeddedModule(module, "dcgm_diag", params))
-    result["nccl_after"] = captured(nccl_check.run, nccl, thresholds)
+    result["nccl_after"] = (captured(nccl_check.run, nccl, thresholds_or_refusal) if nccl is not None
+                            else thresholds_or_refusal)
     if result.get("failed"):
         module.fail_json(**result)
     module.exit_json(**result)
