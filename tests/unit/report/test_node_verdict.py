@@ -7,6 +7,7 @@ fail where the report said warn."""
 import ast
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,9 @@ ROLE_VARS = yaml.safe_load((STAGES.parent.parent / "vars" / "main.yml").read_tex
 
 
 def _role_var(value):
-    """Options given as one role variable ("{{ __gpufleet_nccl_args }}", vars/main.yml): that variable's value."""
-    if isinstance(value, str):
-        name = value.strip().removeprefix("{{").removesuffix("}}").strip()
-        return ROLE_VARS[name] if name in ROLE_VARS else value
-    return value
+    """Options given as a role variable ("{{ __gpufleet_nccl_args ... }}", vars/main.yml): that variable's value."""
+    found = re.match(r"\s*\{\{\s*(\w+)", value) if isinstance(value, str) else None
+    return ROLE_VARS.get(found.group(1), value) if found else value
 
 
 def _stage_tasks():
@@ -61,8 +60,7 @@ def _stage_tasks():
                     if key.split(".")[-1] in MODULE_JUDGES:
                         yield path.name, key.split(".")[-1], options
                     if key == "kentino.gpufleet.dcgm_diag" and options.get("nccl_after"):  # NCCL in the dcgm job
-                        nccl = str(options["nccl_after"]).split(" if ")[0] + " }}"
-                        yield path.name, "nccl_test", _role_var(nccl)
+                        yield path.name, "nccl_test", _role_var(options["nccl_after"])
                     if key == "kentino.gpufleet.gpu_burn" and options.get("sample"):  # the sampler in the burn's job
                         yield path.name, "gpu_sample", options["sample"]
 
