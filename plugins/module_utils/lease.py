@@ -270,6 +270,12 @@ def stop_leftovers(state_dir, keep=lambda run_id: False, dry_run=False, grace_s=
     return out
 
 
+def stop_other_runs(state_dir, run_id, dry_run=False):
+    """A run's first step: stop_leftovers for every run but run_id (run_cleanup's run_id, health_snapshot's
+    stop_leftovers)."""
+    return stop_leftovers(state_dir, keep=lambda rid: rid == run_id, dry_run=dry_run)
+
+
 def describe_stopped(stopped):
     """What stop_leftovers stopped, in one line for the operator: each group's kind, command and number."""
     killed = [s for s in stopped if s.get("killed")]

@@ -330,7 +330,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
 )
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import module_fields
 from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader import ReadError
-from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import RUN_ID_RE, describe_stopped, stop_leftovers
+from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import RUN_ID_RE, describe_stopped, stop_other_runs
 from ansible_collections.kentino.gpufleet.plugins.module_utils.snapshot import Snapshot, XidReadError
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULT_ENV_EXPECTED
 from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES
@@ -400,8 +400,7 @@ def _stop_leftovers(module, options):
     if not RUN_ID_RE.match(options["run_id"]):
         module.fail_json(msg="stop_leftovers.run_id %r is not a run id (letters, digits, . _ -)" % options["run_id"])
     try:
-        stopped = stop_leftovers(options["state_dir"], keep=lambda rid: rid == options["run_id"],
-                                 dry_run=module.check_mode)
+        stopped = stop_other_runs(options["state_dir"], options["run_id"], dry_run=module.check_mode)
     except Exception as exc:  # stopping processes and removing directories: any failure stops the node
         msg = ("cannot stop what earlier runs left running under %s: %s. Fix: look for gpu_burn, dcgmi or "
                "all_reduce_perf still running there, stop them (gpufleet abort), then run again"

@@ -77,6 +77,7 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import (
     describe_stopped,
     run_dir,
     stop_leftovers,
+    stop_other_runs,
 )
 
 
@@ -100,9 +101,9 @@ def main():
                                  dry_run=module.check_mode)
         module.exit_json(changed=existed, stopped=stopped, msg=describe_stopped(stopped))
     if module.check_mode:  # what would be stopped, in the same shape as a real run's answer
-        stopped = stop_leftovers(p["state_dir"], keep=lambda rid: rid == p["run_id"], dry_run=True)
+        stopped = stop_other_runs(p["state_dir"], p["run_id"], dry_run=True)
         module.exit_json(changed=False, stopped=stopped, msg="check mode, would stop: " + describe_stopped(stopped))
-    stopped = stop_leftovers(p["state_dir"], keep=lambda rid: rid == p["run_id"])
+    stopped = stop_other_runs(p["state_dir"], p["run_id"])
     module.exit_json(changed=bool(stopped), stopped=stopped, msg=describe_stopped(stopped))
 
 

@@ -81,7 +81,7 @@ def test_a_stop_that_cannot_be_made_fails_the_task_with_leftovers_failed(monkeyp
     def broken(*_args, **_kwargs):
         raise PermissionError(13, "Permission denied", str(tmp_path / "runs" / "old-run"))
 
-    monkeypatch.setattr(mod, "stop_leftovers", broken)
+    monkeypatch.setattr(mod, "stop_other_runs", broken)
     with pytest.raises(Failed) as failed:
         mod._stop_leftovers(FakeModule(), {"state_dir": str(tmp_path), "run_id": "this-run"})
     result = failed.value.args[0]
