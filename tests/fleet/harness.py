@@ -599,16 +599,35 @@ class Fleet:
         except OSError:
             return False
 
+    def _boot_processes(self, node):
+        """The node's boot loop and its systemd-nspawn, found by the node's directory in their command line.
+
+        Not by the recorded PID alone: an `up` killed between starting a node and saving its PID leaves a boot that
+        the state file does not name."""
+        marker = "--directory=%s " % node.merged
+        return [int(e) for e in os.listdir("/proc")
+                if e.isdigit() and int(e) != os.getpid() and marker in _cmdline(int(e)) + " "
+                and not _is_zombie(int(e))]
+
     def _reap(self, node):
         proc = self._procs.pop(node.name, None)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
-        if node.nspawn_pid and _alive(node.nspawn_pid) and "systemd-nspawn" in _cmdline(node.nspawn_pid) \
-                and str(node.merged) in _cmdline(node.nspawn_pid):
-            _kill(node.nspawn_pid, signal.SIGTERM)
-            if not _wait_gone(lambda: not _alive(node.nspawn_pid), 5):
-                _kill(node.nspawn_pid)
+        # The loop first (it would boot the node again), then systemd-nspawn, which ends its container on SIGTERM.
+        for pid in self._boot_processes(node):
+            if _cmdline(pid).startswith("sh "):
+                _kill(pid)
+        for pid in self._boot_processes(node):
+            _kill(pid, signal.SIGTERM)
+        if not _wait_gone(lambda: not self._boot_processes(node), 5):
+            for pid in self._boot_processes(node):
+                _kill(pid)
+        # A container that systemd-nspawn started after `down` looked for it outlives a killed systemd-nspawn.
+        pid1 = container_pid1(node.netns)
+        if pid1:
+            _kill(pid1)
+            _wait_gone(lambda: not [p for p in netns_pids(node.netns) if not _is_zombie(p)], 15)
 
     def _close_control_masters(self):
         cp = self.control_dir
