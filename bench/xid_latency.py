@@ -9,6 +9,10 @@ series is the moment the watcher counted it. Printed: p50/p99 of write -> textfi
 watcher, `tail -F | grep --line-buffered NVRM` follows the same file through the same run: what following costs when
 C tools do it (a wake-up and a read per write to the log), against which one grep pass over the finished file is a
 floor no follower reaches.
+Beside them a minimal Python follower does the least any Python follower on the watcher's schedule must do: sleep a
+second, read what is new into one buffer, search it for NVRM, take each hit's PCI address with a regex, and replace a
+small textfile (temp file and rename) at most every 2 s while events come. Its cost is the floor of the interpreter
+and the schedule, without the watcher's parsing, state and metrics; watcher/floor says what the watcher adds.
 Last line: `xid_latency p50_s=<x> p99_s=<y> cpu_s_per_1k=<z>`. Goal: p99 under 5 s, CPU within 3x of grep.
 
 Usage: bench/xid_latency.py [--steady-seconds 10] [--rate 2000] [--burst 10000]
@@ -27,6 +31,37 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 WATCHER = REPO / "roles" / "gpu_monitoring" / "files" / "gpufleet-xid-watcher"
+
+
+# The floor (see the docstring): argv[1] the log, argv[2] the textfile; the watcher's read and event write intervals.
+FLOOR_FOLLOWER = r"""
+import os, re, select, sys, time
+log, out = sys.argv[1], sys.argv[2]
+buf = bytearray(1 << 20)
+view = memoryview(buf)
+xid = re.compile(rb"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)")
+seen, dirty, last_write = set(), False, 0.0
+with open(log, "rb", buffering=0) as fh:
+    fh.seek(0, 2)
+    while True:
+        n = fh.readinto(view)
+        while n:
+            i = buf.find(b"NVRM", 0, n)
+            while i >= 0:
+                m = xid.match(buf, i, n)
+                if m and m.group(1) not in seen:
+                    seen.add(m.group(1))
+                    dirty = True
+                i = buf.find(b"NVRM", i + 4, n)
+            n = fh.readinto(view) if n == len(buf) else 0
+        now = time.monotonic()
+        if dirty and now - last_write >= 2.0:
+            with open(out + ".tmp", "w") as tf:
+                tf.write("".join('xid_events_total{pci="%s"} 1\n' % p.decode() for p in sorted(seen)))
+            os.rename(out + ".tmp", out)
+            dirty, last_write = False, now
+        select.select([], [], [], 1.0)
+"""
 
 
 def cpu_seconds(pid):
@@ -115,6 +150,7 @@ def main(argv=None):
     grep_follow = subprocess.Popen(["grep", "--line-buffered", "-F", "NVRM"], stdin=tail.stdout,
                                    stdout=subprocess.DEVNULL)
     tail.stdout.close()
+    floor = subprocess.Popen([sys.executable, "-c", FLOOR_FOLLOWER, str(log), str(root / "floor.prom")])
     try:
         deadline = time.monotonic() + 30
         while not prom.exists() and time.monotonic() < deadline:
@@ -125,6 +161,7 @@ def main(argv=None):
         seen.start()
         cpu0 = cpu_seconds(proc.pid)
         follow0 = cpu_seconds(tail.pid) + cpu_seconds(grep_follow.pid)
+        floor0 = cpu_seconds(floor.pid)
         written = {}  # pci -> monotonic time of its write
         bus = 1
         lines = 0
@@ -161,10 +198,11 @@ def main(argv=None):
         time.sleep(0.5)
         cpu = cpu_seconds(proc.pid) - cpu0
         follow_cpu = cpu_seconds(tail.pid) + cpu_seconds(grep_follow.pid) - follow0
+        floor_cpu = cpu_seconds(floor.pid) - floor0
         rss = peak_rss_mib(proc.pid)
         seen.stop = True
     finally:
-        for p in (proc, tail, grep_follow):
+        for p in (proc, tail, grep_follow, floor):
             p.terminate()
             p.wait(30)
     missing = sorted(set(written) - set(seen.first))
@@ -208,6 +246,9 @@ def main(argv=None):
           % (ratio(per_1k, grep_per_1k), ratio(burst_per_1k, grep_burst_per_1k)))
     print("tail -F | grep CPU      %.5f s per 1,000 lines over the whole run (the same following in C); watcher/that "
           "%.1fx" % (follow_cpu / total_lines * 1000, ratio(cpu, follow_cpu)))
+    print("minimal Python follower %.5f s per 1,000 lines over the whole run (%.1fx grep: the floor of a Python "
+          "follower on this schedule); watcher/that %.1fx" % (floor_cpu / total_lines * 1000,
+                                                              ratio(floor_cpu, grep_all), ratio(cpu, floor_cpu)))
     print("xid_latency p50_s=%.3f p99_s=%.3f cpu_s_per_1k=%.5f" % (percentile(delays, 0.5), percentile(delays, 0.99),
                                                                    per_1k))
     return 1 if missing else 0
