@@ -333,20 +333,15 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_reader
 from ansible_collections.kentino.gpufleet.plugins.module_utils.lease import RUN_ID_RE, describe_stopped, stop_other_runs
 from ansible_collections.kentino.gpufleet.plugins.module_utils.snapshot import Snapshot, XidReadError
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULT_ENV_EXPECTED
-from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_catalog import SEVERITIES
+from ansible_collections.kentino.gpufleet.plugins.module_utils.xid_policy import parse_overrides
 
 
 def _xid_reader(module, p):
     """read(timeout) -> (gpufleet_xid fact, tool dict, notes) with xid_facts' incremental reader (xid_read.read)."""
-    overrides = {}
-    for code, severity in (p["severity_overrides"] or {}).items():
-        try:
-            overrides[int(str(code).strip())] = severity
-        except ValueError:
-            module.fail_json(msg="severity_overrides: key %r is not an XID code (an integer such as 63)" % (code,))
-        if severity not in SEVERITIES:
-            module.fail_json(msg="severity_overrides: XID %s -> %r is not one of %s" % (code, severity,
-                                                                                   ", ".join(SEVERITIES)))
+    try:
+        overrides = parse_overrides(p["severity_overrides"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
 
     def read(timeout):
         try:
