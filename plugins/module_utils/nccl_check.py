@@ -23,7 +23,9 @@ from ansible_collections.kentino.gpufleet.plugins.module_utils.check_result impo
 from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_tests_output import parse_nccl_tests
 from ansible_collections.kentino.gpufleet.plugins.module_utils.tool_runner import find_tool, run_tool
 
-_SIZE = re.compile(r"^[0-9]+[KMGkmg]?$")
+# A message size as all_reduce_perf takes it (-b/-e), checked whole (no trailing newline slips through '$').
+# The run guard and the fabric pair tests check the same variables with this pattern.
+BYTE_COUNT = re.compile(r"\A[0-9]{1,12}[KMGkmg]?\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -90,7 +92,7 @@ def check_options(module):
     """Refuse bad options (fail_json) before anything runs; the thresholds the judge reads."""
     params = module.params
     for key in ("min_bytes", "max_bytes"):
-        if not _SIZE.match(params[key]):
+        if not BYTE_COUNT.match(params[key]):
             module.fail_json(msg="%s must be a byte count with an optional K/M/G suffix (e.g. 8, 128M, 1G), got %r"
                                  % (key, params[key]))
     resolve_timeout(module, 600)

@@ -4,10 +4,11 @@
 
 - every gpufleet_* variable of every target host is a name the collection knows (a typo such as
   gpufleet_burn_duraton_s would otherwise be ignored and the node judged with the default), with "did you mean";
-- role and playbook variables have their argument spec's types, choices and ranges, thresholds their kinds;
+- role and playbook variables have their argument spec's types, choices, ranges and formats, thresholds their
+  kinds;
 
 One list says what the variables are: the gpufleet role's argument spec (names, types, choices, defaults, and the
-ranges its "Range:" lines give, hack/gen_thresholds.py); the names a run sets itself are read from the role's tasks,
+ranges and formats its "Range:" and "Format:" lines give, hack/gen_thresholds.py); the names a run sets itself are read from the role's tasks,
 the playbooks and the facts modules' documentation. Nothing here lists a variable of its own.
 - the reports directory is writable and no other run is writing to it (a lock holding the run's PID);
 - the run gets an id no other run has (time plus random suffix).
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_check import BYTE_COUNT
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import THRESHOLDS, resolve
 from ansible_collections.kentino.gpufleet.plugins.plugin_utils.unit_values import clean_path
 
@@ -37,6 +39,9 @@ LOCK_NAME = ".gpufleet-run.lock"
 # Names a run composes (gpufleet_result_<module>), the simulator's and the provisioning play's own.
 RUNTIME_PREFIXES = ("gpufleet_result_", "gpufleet_sim_", "gpufleet_provision_")
 RANGE = re.compile(r"^Range: (at least|more than) (-?[0-9.]+)(?:, at most (-?[0-9.]+))?\.$")
+# "Format: <what>." lines: the patterns a string option's value must match whole, by what the line says.
+FORMATS = {"a byte count with an optional K, M or G suffix (8, 128M, 1G)": BYTE_COUNT}
+FORMAT = re.compile(r"^Format: (.+)\.$")
 
 
 @lru_cache(maxsize=None)
@@ -64,6 +69,20 @@ def ranges(spec=None):
             if match:
                 kind, low, high = match.groups()
                 out[name] = (float(low), kind == "at least", float(high) if high else None)
+    return out
+
+
+def formats(spec=None):
+    """{name: (what, pattern)} from the options' "Format:" lines; a line naming no known format is an error (a test
+    reads every spec line through this)."""
+    out = {}
+    for name, option in (spec if spec is not None else _spec()).items():
+        for line in _lines(option):
+            if line.startswith("Format:"):
+                match = FORMAT.match(line)
+                if not match or match.group(1) not in FORMATS:
+                    raise ValueError("%s: %r names no format run_guard knows (%s)" % (name, line, ", ".join(FORMATS)))
+                out[name] = (match.group(1), FORMATS[match.group(1)])
     return out
 
 
@@ -139,8 +158,8 @@ CONTROLLER_PATHS = ("gpufleet_report_dir", "gpufleet_history_dir", "gpufleet_abo
 
 
 def type_errors(host, values, spec=None):
-    """Errors for role and playbook variables of the wrong type, choice or range (the argument spec and its "Range:"
-    lines), paths that are not clean (unit_values.clean_path), and thresholds of the wrong kind (thresholds.resolve,
+    """Errors for role and playbook variables of the wrong type, choice, range or format (the argument spec and its
+    "Range:" and "Format:" lines), paths that are not clean (unit_values.clean_path), and thresholds of the wrong kind (thresholds.resolve,
     the report's own check of them)."""
     spec = spec if spec is not None else _spec()
     options = {k: v for k, v in spec.items() if k not in THRESHOLDS}
@@ -173,6 +192,11 @@ def type_errors(host, values, spec=None):
             errors.append("host %s: %s is %s, must be %s%s (roles/gpufleet/meta/argument_specs.yml)" % (
                 host, name, values[name], "at least %g" % low if low_ok else "more than %g" % low,
                 ", at most %g" % high if high is not None else ""))
+    for name, (what, pattern) in formats(spec).items():
+        value = checked.get(name)
+        if isinstance(value, str) and not pattern.match(value):
+            errors.append("host %s: %s=%r is not %s (roles/gpufleet/meta/argument_specs.yml)" % (host, name, value,
+                                                                                                 what))
     return errors + threshold_errors
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.ib_rail_test import HCA_NAME
+from ansible_collections.kentino.gpufleet.plugins.module_utils.nccl_check import BYTE_COUNT
 
 # A host name that reaches mpirun's -H: a DNS name or an address, nothing a shell or mpirun would read as syntax.
 MPI_HOST = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z")
@@ -26,7 +27,6 @@ MPI_HOST = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z")
 MPIRUN_ARG = re.compile(r"\A[A-Za-z0-9_./:=,@+%-][A-Za-z0-9_./:=,@+% -]{0,511}\Z")
 ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 ENV_VALUE = re.compile(r"\A[^\x00-\x1f\x7f]{0,4096}\Z")
-SIZE = re.compile(r"\A[0-9]{1,12}[KMGkmg]?\Z")
 DEFAULT_SIZES = ("8M", "1G")  # gpufleet_fabric_min_bytes, gpufleet_fabric_max_bytes
 # Open MPI refuses to run as root without it; the pair tests run as the play's user, root on most sites.
 MPIRUN_FIXED_ARGS = ["--allow-run-as-root"]
@@ -68,7 +68,7 @@ def host_errors(mpi_hosts, slots, timeouts, mpirun_args=None, envs=None, sizes=N
     for h, (low, high) in sorted((sizes or {}).items()):
         out += ["host %s: %s=%r must be a byte count with an optional K, M or G suffix (8M, 1G)" % (h, name, v)
                 for name, v in (("gpufleet_fabric_min_bytes", low), ("gpufleet_fabric_max_bytes", high))
-                if not (isinstance(v, str) and SIZE.match(v))]
+                if not (isinstance(v, str) and BYTE_COUNT.match(v))]
     return out
 
 

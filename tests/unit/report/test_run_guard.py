@@ -79,6 +79,30 @@ def test_one_list_wrong_choices_and_ranges_are_refused():
     assert run_guard.role_spec()["gpufleet_fail_on"]["choices"] == list(GATE_VERDICTS), "the gate's one table"
 
 
+def test_a_message_size_is_checked_whole_before_the_run():
+    """A typo in gpufleet_nccl_max_bytes used to surface only at the NCCL stage, after the burn: the spec's "Format:"
+    line makes the run guard refuse it first, with the pattern the node's check and the fabric pair tests use."""
+    names = ("gpufleet_nccl_min_bytes", "gpufleet_nccl_max_bytes", "gpufleet_preflight_nccl_max_bytes",
+             "gpufleet_fabric_min_bytes", "gpufleet_fabric_max_bytes")
+    assert set(names) <= set(run_guard.formats())
+    for name in names:
+        for bad in ("lots", "1G\n", "1 G", "-8", "1T", ""):
+            errors = run_guard.type_errors("n1", {name: bad})
+            assert len(errors) == 1 and "host n1: %s=%r is not a byte count" % (name, bad) in errors[0], (name, errors)
+        assert run_guard.type_errors("n1", {name: "128M"}) == []
+    assert run_guard.type_errors("n1", {"gpufleet_nccl_max_bytes": 1024}) == []  # a number is a byte count too
+
+
+def test_a_format_line_the_guard_does_not_know_is_an_error():
+    spec = {"gpufleet_x": {"type": "str", "description": ["X.", "Format: a colour."]}}
+    try:
+        run_guard.formats(spec)
+    except ValueError as exc:
+        assert "gpufleet_x" in str(exc) and "a byte count" in str(exc)
+    else:
+        raise AssertionError("an unknown Format: line was accepted")
+
+
 def test_every_variable_the_playbooks_and_the_role_read_is_in_the_one_list():
     """Every gpufleet_* name a playbook or the role's tasks read is known (the spec, or set by the run itself, which
     run_guard reads from the tasks and the modules' documentation): nothing is listed twice by hand."""
