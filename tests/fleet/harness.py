@@ -477,6 +477,8 @@ class Fleet:
         if _module_code_cache_on():
             MODULE_CODE_CACHE.mkdir(parents=True, exist_ok=True)
             argv += ["--bind=%s:%s" % (MODULE_CODE_CACHE, MODULE_CODE_MOUNT)]
+        if os.environ.get("GPUFLEET_TESTFLEET_HOLD_BOOT") == "1":  # tests: the boot stops itself before systemd-nspawn
+            argv = ["sh", "-c", 'kill -STOP $$; exec "$@"', "gpufleet-held-boot"] + argv
         # A reboot inside the node (ansible.builtin.reboot: the repair ladder's rung) ends systemd-nspawn --keep-unit
         # with 133, the status systemd-nspawn@.service restarts on (RestartForceExitStatus=133): this loop boots the
         # node again the same way; any other end (power off, kill_node, down) ends the loop.

@@ -3,7 +3,6 @@
 Each test brings up its own 2-node fleet (prefix gpfz, subnet 10.213.9) next to the session fleet.
 """
 
-import contextlib
 import json
 import os
 import shutil
@@ -114,33 +113,30 @@ def test_up_killed_mid_boot_is_cleaned_by_down(fleet_dir):
 
 
 def test_a_boot_the_state_file_does_not_name_is_cleaned_by_down(fleet_dir):
-    """`up` killed between starting a node's systemd-nspawn and saving its PID, on a machine so busy that the
-    container has not started when `down` runs (CI saw this): systemd-nspawn is held stopped before its container
-    exists, and the state file names no PID. `down` must still end the boot loop and systemd-nspawn."""
+    """`up` killed between starting a node's boot and saving its PID, on a machine so busy that the container has
+    not started when `down` runs (CI saw the boot loop and systemd-nspawn left). Each boot holds itself before
+    systemd-nspawn (GPUFLEET_TESTFLEET_HOLD_BOOT), whatever the load, and the state file is made to name no PID:
+    `down` must still end every boot of the fleet."""
     proc = subprocess.Popen([sys.executable, str(CLI), "up", "2", "--dir", str(fleet_dir), "--prefix", PREFIX,
-                             "--subnet", SUBNET, "--empty-repo"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    held = []
+                             "--subnet", SUBNET, "--empty-repo"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, GPUFLEET_TESTFLEET_HOLD_BOOT="1"))
+    state = fleet_dir / "state.json"
+
+    def held():
+        return [int(e) for e in os.listdir("/proc") if e.isdigit() and "gpufleet-held-boot" in harness._cmdline(int(e))
+                and str(fleet_dir) in harness._cmdline(int(e)) and (harness._status_field(int(e), "State") or "?")[0] == "T"]
+
     deadline = time.monotonic() + 120
-    while not held and time.monotonic() < deadline:
-        for entry in os.listdir("/proc"):
-            cmd = harness._cmdline(int(entry)) if entry.isdigit() else ""
-            if cmd.startswith("systemd-nspawn ") and str(fleet_dir) in cmd:
-                os.kill(int(entry), signal.SIGSTOP)
-                held.append(int(entry))
-    proc.send_signal(signal.SIGKILL)
+    while len(held()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.kill()
     proc.wait()
-    try:
-        assert held, "up never started systemd-nspawn"
-        state = fleet_dir / "state.json"
-        data = json.loads(state.read_text())
-        assert [harness.container_pid1(n["netns"]) for n in data["nodes"]] == [None, None]
-        for node in data["nodes"]:
-            node["nspawn_pid"] = node["pid1"] = None
-        state.write_text(json.dumps(data))
-        down = cli("down", "--dir", str(fleet_dir))
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert host_leftovers(fleet_dir) == []
-    finally:
-        for pid in held:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    assert len(held()) == 2, "up did not start both boots"
+    data = json.loads(state.read_text())
+    assert [harness.container_pid1(n["netns"]) for n in data["nodes"]] == [None, None]
+    for node in data["nodes"]:
+        node["nspawn_pid"] = node["pid1"] = None
+    state.write_text(json.dumps(data))
+    down = cli("down", "--dir", str(fleet_dir))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert host_leftovers(fleet_dir) == []
