@@ -8,8 +8,9 @@
   kinds;
 
 One list says what the variables are: the gpufleet role's argument spec (names, types, choices, defaults, and the
-ranges and formats its "Range:" and "Format:" lines give, hack/gen_thresholds.py); the names a run sets itself are read from the role's tasks,
-the playbooks and the facts modules' documentation. Nothing here lists a variable of its own.
+ranges and formats its "Range:" and "Format:" lines give, hack/gen_thresholds.py); the names a run sets itself are
+read from the role's tasks, the playbooks and the facts modules' documentation. Nothing here lists a variable of its
+own.
 - the reports directory is writable and no other run is writing to it (a lock holding the run's PID);
 - the run gets an id no other run has (time plus random suffix).
 """
@@ -159,8 +160,8 @@ CONTROLLER_PATHS = ("gpufleet_report_dir", "gpufleet_history_dir", "gpufleet_abo
 
 def type_errors(host, values, spec=None):
     """Errors for role and playbook variables of the wrong type, choice, range or format (the argument spec and its
-    "Range:" and "Format:" lines), paths that are not clean (unit_values.clean_path), and thresholds of the wrong kind (thresholds.resolve,
-    the report's own check of them)."""
+    "Range:" and "Format:" lines), paths that are not clean (unit_values.clean_path), and thresholds of the wrong
+    kind (thresholds.resolve, the report's own check of them)."""
     spec = spec if spec is not None else _spec()
     options = {k: v for k, v in spec.items() if k not in THRESHOLDS}
     given = {k: v for k, v in values.items() if k in options and v is not None}

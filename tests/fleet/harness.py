@@ -612,10 +612,6 @@ class Fleet:
                 and not _is_zombie(int(e))]
 
     def _reap(self, node):
-        proc = self._procs.pop(node.name, None)
-        if proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
         # The loop first (it would boot the node again), then systemd-nspawn, which ends its container on SIGTERM.
         for pid in self._boot_processes(node):
             if _cmdline(pid).startswith("sh "):
@@ -625,6 +621,10 @@ class Fleet:
         if not _wait_gone(lambda: not self._boot_processes(node), 5):
             for pid in self._boot_processes(node):
                 _kill(pid)
+        proc = self._procs.pop(node.name, None)
+        if proc is not None:  # started by this process: collect its exit
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
         # A container that systemd-nspawn started after `down` looked for it outlives a killed systemd-nspawn.
         pid1 = container_pid1(node.netns)
         if pid1:
