@@ -267,15 +267,17 @@ def run(module):
 
 
 def nccl_after(module):
-    """The NCCL check of O(nccl_after), its options checked before dcgmi runs: (EmbeddedModule, thresholds), or
-    (None, NCCL's failed result naming the bad option): a typo in NCCL's options must not cost the diag."""
+    """The NCCL check of O(nccl_after), its options checked before dcgmi runs: a call that gives NCCL's result
+    (its run, or its failed result naming the bad option: a typo in NCCL's options must not cost the diag)."""
     nccl, error = embedded(module, "nccl_test", nccl_check.argument_spec(), module.params["nccl_after"])
     if nccl is None:
-        return None, {"failed": True, "msg": "nccl_after: %s" % error}
+        return lambda: {"failed": True, "msg": "nccl_after: %s" % error}
     try:
-        return nccl, nccl_check.check_options(nccl)
+        thresholds = nccl_check.check_options(nccl)
     except CheckExit as refused:
-        return None, dict(refused.result, msg="nccl_after: %s" % refused.result["msg"])
+        refusal = dict(refused.result, msg="nccl_after: %s" % refused.result["msg"])
+        return lambda: refusal
+    return lambda: captured(nccl_check.run, nccl, thresholds)
 
 
 def main():
@@ -285,11 +287,10 @@ def main():
         module.fail_json(msg="gpus must be a non-empty list of GPU indexes >= 0, got %r" % (params["gpus"],))
     if params["nccl_after"] is None:
         run(module)
-    nccl, thresholds_or_refusal = nccl_after(module)
+    nccl_result = nccl_after(module)
     # dcgmi diag, then NCCL, in this one job: each its own result, whatever the other's.
     result = captured(run, EmbeddedModule(module, "dcgm_diag", params))
-    result["nccl_after"] = (captured(nccl_check.run, nccl, thresholds_or_refusal) if nccl is not None
-                            else thresholds_or_refusal)
+    result["nccl_after"] = nccl_result()
     if result.get("failed"):
         module.fail_json(**result)
     module.exit_json(**result)
