@@ -225,6 +225,17 @@ def _cmdline(pid):
         return ""
 
 
+def processes_with(marker):
+    """{pid: command line} of the live processes (not this one) whose command line holds marker, one pass of /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            cmd = _cmdline(int(entry))
+            if marker in cmd and not _is_zombie(int(entry)):
+                out[int(entry)] = cmd
+    return out
+
+
 def _alive(pid):
     return pid is not None and os.path.exists("/proc/%d" % pid) and not _is_zombie(pid)
 
@@ -606,17 +617,16 @@ class Fleet:
 
         Not by the recorded PID alone: an `up` killed between starting a node and saving its PID leaves a boot that
         the state file does not name."""
-        marker = "--directory=%s " % node.merged
-        return [int(e) for e in os.listdir("/proc")
-                if e.isdigit() and int(e) != os.getpid() and marker in _cmdline(int(e)) + " "
-                and not _is_zombie(int(e))]
+        marker = "--directory=%s" % node.merged
+        return {pid: cmd for pid, cmd in processes_with(marker).items() if marker + " " in cmd + " "}
 
     def _reap(self, node):
         # The loop first (it would boot the node again), then systemd-nspawn, which ends its container on SIGTERM.
-        for pid in self._boot_processes(node):
-            if _cmdline(pid).startswith("sh "):
+        boots = self._boot_processes(node)
+        for pid, cmd in boots.items():
+            if cmd.startswith("sh "):
                 _kill(pid)
-        for pid in self._boot_processes(node):
+        for pid in boots:
             _kill(pid, signal.SIGTERM)
         if not _wait_gone(lambda: not self._boot_processes(node), 5):
             for pid in self._boot_processes(node):
@@ -639,12 +649,9 @@ class Fleet:
                     subprocess.run(["ssh", "-o", "ControlPath=%s" % sock, "-O", "exit", "gpufleet-testfleet"],
                                    capture_output=True, timeout=5)
         # Masters whose link was cut may ignore -O exit while blocked: end every ssh process using our control dir.
-        marker = str(cp) + "/"
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                cmd = _cmdline(int(entry))
-                if cmd.startswith("ssh") and marker in cmd:
-                    _kill(int(entry))
+        for pid, cmd in processes_with(str(cp) + "/").items():
+            if cmd.startswith("ssh"):
+                _kill(pid)
         if cp.is_dir():
             for sock in cp.iterdir():
                 with contextlib.suppress(OSError):

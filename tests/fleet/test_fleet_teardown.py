@@ -123,8 +123,8 @@ def test_a_boot_the_state_file_does_not_name_is_cleaned_by_down(fleet_dir):
     state = fleet_dir / "state.json"
 
     def held():
-        return [int(e) for e in os.listdir("/proc") if e.isdigit() and "gpufleet-held-boot" in harness._cmdline(int(e))
-                and str(fleet_dir) in harness._cmdline(int(e)) and (harness._status_field(int(e), "State") or "?")[0] == "T"]
+        return [pid for pid, cmd in harness.processes_with("gpufleet-held-boot").items()
+                if str(fleet_dir) in cmd and (harness._status_field(pid, "State") or "?")[0] == "T"]
 
     deadline = time.monotonic() + 120
     while len(held()) < 2 and time.monotonic() < deadline:
