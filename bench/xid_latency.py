@@ -8,7 +8,8 @@ series is the moment the watcher counted it. Printed: p50/p99 of write -> textfi
 1,000 lines (after its start) and peak RSS, and grep's CPU seconds per 1,000 lines over the same file. Beside the
 watcher, `tail -F | grep --line-buffered NVRM` follows the same file through the same run: what following costs when
 C tools do it (a wake-up and a read per write to the log), against which one grep pass over the finished file is a
-floor no follower reaches.
+floor no follower reaches. A second pair, `tail ---disable-inotify -s 1 -F | grep`, follows on the watcher's schedule
+(a look at the file every second instead of a wake-up per write): the cost of C tools on that schedule.
 Beside them a minimal Python follower does the least any Python follower on the watcher's schedule must do: sleep a
 second, read what is new into one buffer, search it for NVRM, take each hit's PCI address with a regex, and replace a
 small textfile (temp file and rename) at most every 2 s while events come. Its cost is the floor of the interpreter
@@ -150,6 +151,11 @@ def main(argv=None):
     grep_follow = subprocess.Popen(["grep", "--line-buffered", "-F", "NVRM"], stdin=tail.stdout,
                                    stdout=subprocess.DEVNULL)
     tail.stdout.close()
+    tail_poll = subprocess.Popen(["tail", "---disable-inotify", "-s", "1", "-n", "0", "-F", str(log)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    grep_poll = subprocess.Popen(["grep", "--line-buffered", "-F", "NVRM"], stdin=tail_poll.stdout,
+                                 stdout=subprocess.DEVNULL)
+    tail_poll.stdout.close()
     floor = subprocess.Popen([sys.executable, "-c", FLOOR_FOLLOWER, str(log), str(root / "floor.prom")])
     try:
         deadline = time.monotonic() + 30
@@ -161,6 +167,7 @@ def main(argv=None):
         seen.start()
         cpu0 = cpu_seconds(proc.pid)
         follow0 = cpu_seconds(tail.pid) + cpu_seconds(grep_follow.pid)
+        poll0 = cpu_seconds(tail_poll.pid) + cpu_seconds(grep_poll.pid)
         floor0 = cpu_seconds(floor.pid)
         written = {}  # pci -> monotonic time of its write
         bus = 1
@@ -198,11 +205,12 @@ def main(argv=None):
         time.sleep(0.5)
         cpu = cpu_seconds(proc.pid) - cpu0
         follow_cpu = cpu_seconds(tail.pid) + cpu_seconds(grep_follow.pid) - follow0
+        poll_cpu = cpu_seconds(tail_poll.pid) + cpu_seconds(grep_poll.pid) - poll0
         floor_cpu = cpu_seconds(floor.pid) - floor0
         rss = peak_rss_mib(proc.pid)
         seen.stop = True
     finally:
-        for p in (proc, tail, grep_follow, floor):
+        for p in (proc, tail, grep_follow, tail_poll, grep_poll, floor):
             p.terminate()
             p.wait(30)
     missing = sorted(set(written) - set(seen.first))
@@ -246,6 +254,9 @@ def main(argv=None):
           % (ratio(per_1k, grep_per_1k), ratio(burst_per_1k, grep_burst_per_1k)))
     print("tail -F | grep CPU      %.5f s per 1,000 lines over the whole run (the same following in C); watcher/that "
           "%.1fx" % (follow_cpu / total_lines * 1000, ratio(cpu, follow_cpu)))
+    print("tail -s 1 | grep CPU    %.5f s per 1,000 lines over the whole run (%.1fx grep: C tools on the watcher's "
+          "1 s schedule); watcher/that %.1fx" % (poll_cpu / total_lines * 1000, ratio(poll_cpu, grep_all),
+                                                ratio(cpu, poll_cpu)))
     print("minimal Python follower %.5f s per 1,000 lines over the whole run (%.1fx grep: the floor of a Python "
           "follower on this schedule); watcher/that %.1fx" % (floor_cpu / total_lines * 1000,
                                                               ratio(floor_cpu, grep_all), ratio(cpu, floor_cpu)))
