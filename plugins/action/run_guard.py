@@ -65,7 +65,7 @@ class ActionModule(ActionBase):
         # Also said before a refusal: the next run would have it too.
         for warning in run_guard.ssh_persist_warnings([node for node in ssh_nodes if node]):
             self._display.warning(warning)
-        errors = ["host%s %s: %s" % ("s" if len(hosts) > 1 else "", run_guard.hosts_text(sorted(hosts)), problem)
+        errors = ["host%s %s: %s" % ("s" if len(hosts) > 1 else "", run_guard.hosts_text(hosts), problem)
                   for problem, hosts in by_problem.items()]
         report_dir = os.path.expanduser(args["report_dir"])
         problem = run_guard.check_report_dir(report_dir)

@@ -220,7 +220,9 @@ def controller_config_warnings(callbacks_enabled, forks, nodes):
 
 
 def hosts_text(hosts, shown=5):
-    """'a, b, c, d, e and 3 more': the same problem on many hosts, said once."""
+    """'a, b, c, d, e and 3 more': the same problem on many hosts, said once, the hosts in order (the same line
+    whatever order the inventory or the workers gave them in)."""
+    hosts = sorted(hosts)
     return ", ".join(hosts[:shown]) + (" and %d more" % (len(hosts) - shown) if len(hosts) > shown else "")
 
 

@@ -146,6 +146,13 @@ def test_ssh_connections_that_close_before_the_next_poll_are_named_with_the_fix(
     assert "300 s after" in warnings[1] and "600 s later on slow:" in warnings[1] and "ControlPersist=660s" in \
         warnings[1] and "inventories/example/ansible.cfg" in warnings[1]
     assert run_guard.ssh_persist_warnings(nodes[-2:]) == []
+    # The same line whatever order the hosts came in (forks finish in any order; warnings and refusals alike).
+    assert run_guard.ssh_persist_warnings(nodes[6::-1]) == warnings[:1]
+
+
+def test_many_hosts_are_named_in_order_and_counted_past_five():
+    assert run_guard.hosts_text(["n3", "n1", "n2"]) == "n1, n2, n3"
+    assert run_guard.hosts_text(["g", "f", "e", "d", "c", "b", "a"]) == "a, b, c, d, e and 2 more"
 
 
 def test_a_new_relative_reports_directory_is_said_once(tmp_path, monkeypatch):
