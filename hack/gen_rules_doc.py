@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Generate docs/rules.md from the code: every finding code with its severity, meaning, the function and file that
-judge it and the thresholds that function reads; every threshold with its type, default, meaning and source.
+judge it and the thresholds that function reads (itself or through the functions of its module it calls); every
+threshold with its type, default, meaning and source.
 
 Usage: hack/gen_rules_doc.py          (rewrite docs/rules.md)
        hack/gen_rules_doc.py --check  (exit 1 when docs/rules.md is out of date, or a code lacks its CODES entry)
@@ -49,13 +50,26 @@ def _code_of(call):
     return None
 
 
+def _thresholds_read(func, funcs, thresholds, seen=None):
+    """The thresholds a function names, and those named by the functions of its module it calls (helpers that take
+    the thresholds: `_loaded_rows(rows, t)`)."""
+    seen = set() if seen is None else seen
+    seen.add(func.name)
+    names = {n.value for n in ast.walk(func) if isinstance(n, ast.Constant) and n.value in thresholds}
+    for call in [n for n in ast.walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]:
+        if call.func.id in funcs and call.func.id not in seen:
+            names |= _thresholds_read(funcs[call.func.id], funcs, thresholds, seen)
+    return names
+
+
 def emitters(thresholds):
     """{code: [(file, function, [thresholds read])]} from the sources' ASTs."""
     out = {}
     for path in SOURCES:
         tree = ast.parse(path.read_text())
-        for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]:
-            names = sorted({n.value for n in ast.walk(func) if isinstance(n, ast.Constant) and n.value in thresholds})
+        funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        for func in funcs.values():
+            names = sorted(_thresholds_read(func, funcs, thresholds))
             for call in [n for n in ast.walk(func) if isinstance(n, ast.Call)]:
                 name = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
                 if name not in ("finding", "add", "_storage"):

@@ -7,7 +7,8 @@ in a thread beside the burn and stops it when the burn ends: the samples then co
 second job, stop-file task or wait for the controller to fan out over the fleet.
 
 The result has gpu_sample's observation keys (samples, per_gpu, problems, stopped_early, stop_reason, duration_s,
-interval_s, nvidia_smi); the caller adds the verdict of judge_samples.
+interval_s, nvidia_smi); the caller adds the verdict of judge_samples. A long run returns judge_samples.compact's
+result: the figures of every sample, and the samples the judge quotes and the chart needs, not all of them.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -104,7 +105,7 @@ def sample(executable, timeout, interval, duration, t, stop=None, lease=None):
     result["per_gpu"] = judge_samples.figures(result, t)[0]
     result["nvidia_smi"]["call_count"] = len(query.calls)
     result["nvidia_smi"]["rejected_fields"] = list(query.rejected)
-    return result
+    return judge_samples.compact(result, t)
 
 
 def _wait_or_stop(until, stop, lease):

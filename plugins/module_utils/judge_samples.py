@@ -7,6 +7,12 @@ Why under load: many GPUs drop their PCIe link to gen 1 at idle, so only samples
 gpufleet_load_util_min_pct count for the link; the BEST link seen under load is compared with the maximum (a
 momentary dip is not a degraded riser; never reaching the maximum is). Time above the temperature limit is measured
 from the samples' own times, each sample standing until the next (a gap in sampling is not evidence of heat).
+
+A long run (a burn of hours) takes more samples than a result should carry to the controller (24 h at 5 s: 17,280
+per GPU, about 40 MB of JSON per 8-GPU node). The node then returns compact(result): the per-GPU figures of every
+sample (per_gpu), the samples the judge quotes and an even spread of the others for the chart, marked samples_thinned.
+The judge reads the figures, never a count of the samples it was handed, so it answers the same for the whole and the
+compact result.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,7 +20,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.kentino.gpufleet.plugins.module_utils.findings import finding, gpu_label
-from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import judge_door
+from ansible_collections.kentino.gpufleet.plugins.module_utils.judge_common import complete, judge_door
 from ansible_collections.kentino.gpufleet.plugins.module_utils.pci import normalize_pci
 
 CHECK = "gpu_sample"
@@ -32,6 +38,9 @@ CODES = {
                                         "load was not checked"),
 }
 MAX_SERIES_POINTS = 240
+# A result carries at most this many samples (an hour at the default 5 s), or fewer than the judge quotes (compact).
+MAX_RETURNED_SAMPLES = 720
+EVIDENCE_ROWS = 5  # rows a finding quotes
 _LINE_KEYS = ("temperature_c", "utilization_gpu_pct", "power_w", "pcie_gen_current", "pcie_width_current",
               "throttle_reasons")
 
@@ -42,13 +51,15 @@ def _line(row):
 
 
 def per_gpu_rows(result):
-    """{pci or index: [row with _t]} in time order; a GPU is known by its PCI address."""
+    """{pci or index: [row with _t, its sample's time, and _i, its sample's place]} in time order; a GPU is known by
+    its PCI address."""
     per = {}
-    for sample in result.get("samples") or []:
+    for i, sample in enumerate(result.get("samples") or []):
         for gpu in sample.get("gpus") or []:
             key = gpu.get("pci") or gpu.get("index")
             row = dict(gpu)
             row["_t"] = sample.get("t_s")
+            row["_i"] = i
             per.setdefault(key, []).append(row)
     return per
 
@@ -73,6 +84,11 @@ def _seconds_above(rows, limit, interval):
     return total
 
 
+def _lines(rows):
+    """The evidence of a finding: the first rows that show it (compact() returns them)."""
+    return [_line(r) for r in rows[:EVIDENCE_ROWS]]
+
+
 def _thermal(reasons):
     return any("thermal" in str(r).lower() for r in reasons or [])
 
@@ -87,20 +103,28 @@ def downsample(points, limit=MAX_SERIES_POINTS):
 @judge_door(CHECK, empty=lambda: ([], {}))
 def figures(result, t):
     """Per GPU: max temperature and power, seconds above the limit, best PCIe link under load, loaded samples,
-    throttle reasons seen; plus the temperature series for the chart. ([per_gpu], {index: [[t, temp]]})."""
+    throttle reasons seen; plus the temperature series for the chart. ([per_gpu], {index: [[t, temp]]}). Of a
+    compact result (samples_thinned): the node's per_gpu, computed here from every sample, and the series of those
+    returned."""
     limit = t["gpufleet_temp_max_c"]
     per, series = [], {}
+    thinned = bool(result.get("samples_thinned"))
     for rows in per_gpu_rows(result).values():
         first = rows[0]
         start = rows[0]["_t"] or 0.0
         temps = [r["temperature_c"] for r in rows if r.get("temperature_c") is not None]
         powers = [r["power_w"] for r in rows if r.get("power_w") is not None]
-        loaded = [r for r in rows if r.get("utilization_gpu_pct") is None
-                  or r["utilization_gpu_pct"] >= t["gpufleet_load_util_min_pct"]]
+        loaded = _loaded_rows(rows, t)
         gens = [r["pcie_gen_current"] for r in loaded if r.get("pcie_gen_current") is not None]
         widths = [r["pcie_width_current"] for r in loaded if r.get("pcie_width_current") is not None]
         corrected = [r["ecc_volatile_corrected"] for r in rows if r.get("ecc_volatile_corrected") is not None]
         reasons = sorted(set(x for r in rows for x in r.get("throttle_reasons") or [] if x != "gpu_idle"))
+        if temps:
+            series[str(first.get("index"))] = downsample(
+                [[round((r["_t"] or 0.0) - start, 3), r["temperature_c"]] for r in rows
+                 if r.get("temperature_c") is not None])
+        if thinned:
+            continue
         per.append({
             "index": first.get("index"), "pci": first.get("pci"), "samples": len(rows), "loaded_samples": len(loaded),
             "max_temperature_c": max(temps) if temps else None, "max_power_w": max(powers) if powers else None,
@@ -113,12 +137,49 @@ def figures(result, t):
             "ecc_corrected_first": corrected[0] if corrected else None,
             "ecc_corrected_last": corrected[-1] if corrected else None,
             "throttle_reasons_seen": reasons,
+            "throttled_samples": len(_throttled_rows(rows)),
         })
-        if temps:
-            series[str(first.get("index"))] = downsample(
-                [[round((r["_t"] or 0.0) - start, 3), r["temperature_c"]] for r in rows
-                 if r.get("temperature_c") is not None])
+    if thinned:
+        per = [dict(fig) for fig in result.get("per_gpu") or []]
     return per, series
+
+
+def _hot_rows(rows, limit):
+    return [r for r in rows if (r.get("temperature_c") or 0) > limit]
+
+
+def _throttled_rows(rows):
+    return [r for r in rows if _thermal(r.get("throttle_reasons"))]
+
+
+def _loaded_rows(rows, t):
+    return [r for r in rows if r.get("utilization_gpu_pct") is None
+            or r["utilization_gpu_pct"] >= t["gpufleet_load_util_min_pct"]]
+
+
+def compact(result, t, limit=None):
+    """The result a node returns: itself up to `limit` (MAX_RETURNED_SAMPLES) samples. Past that, per_gpu from every sample, the samples
+    holding a row a finding quotes (each GPU's first hot, thermally throttled and loaded rows, its first and last two),
+    and an even spread of the others up to `limit` in all; samples_thinned true, samples_total the count taken.
+    judge() and coverage() answer the same for both (tests/unit/judges/test_judge_samples.py)."""
+    limit = MAX_RETURNED_SAMPLES if limit is None else limit
+    samples = result.get("samples") or []
+    if len(samples) <= limit:
+        return result
+    t = complete(t)
+    keep = set()  # the places of the samples to return
+    for rows in per_gpu_rows(result).values():
+        quoted = (_hot_rows(rows, t["gpufleet_temp_max_c"])[:EVIDENCE_ROWS] + _throttled_rows(rows)[:EVIDENCE_ROWS]
+                  + _loaded_rows(rows, t)[:EVIDENCE_ROWS] + rows[:1] + rows[-2:])
+        keep.update(row["_i"] for row in quoted)
+    spread = max(limit - len(keep), 0)
+    keep.update(int(k * len(samples) / spread) for k in range(spread))
+    out = dict(result)
+    out["samples"] = [samples[i] for i in sorted(keep)]
+    out["per_gpu"] = figures(result, t)[0]
+    out["samples_thinned"] = True
+    out["samples_total"] = len(samples)
+    return out
 
 
 @judge_door(CHECK)
@@ -131,7 +192,7 @@ def coverage(result, t, host, lost=()):
     out = []
     rows_by_gpu = per_gpu_rows(result)
     for fig in figures(result, t)[0]:
-        rows = rows_by_gpu[fig["pci"] or fig["index"]]
+        rows = rows_by_gpu.get(fig["pci"] or fig["index"], [])
         index, pci = fig["index"], fig["pci"]
         gone = index in lost or (pci and normalize_pci(pci) in lost)
         if not fig["loaded_samples"] and not gone:
@@ -150,32 +211,29 @@ def judge(result, t, host):
     rows_by_gpu = per_gpu_rows(result)
     per, _series = figures(result, t)
     for fig in per:
-        rows = rows_by_gpu[fig["pci"] or fig["index"]]
+        rows = rows_by_gpu.get(fig["pci"] or fig["index"], [])
         index, pci = fig["index"], fig["pci"]
         label = gpu_label(host, index, pci)
         limit = t["gpufleet_temp_max_c"]
         if fig["seconds_above_limit_s"] >= t["gpufleet_temp_sustained_s"]:
-            hot = [r for r in rows if (r.get("temperature_c") or 0) > limit]
             out.append(finding("fail", "THERMAL_SUSTAINED", "%s ran above %g C for %.0f s under load (max %g C, "
                                "limit %g s)" % (label, limit, fig["seconds_above_limit_s"], fig["max_temperature_c"],
                                                 t["gpufleet_temp_sustained_s"]),
                                "fix the airflow around %s: fans, blanking panels, filters, inlet temperature, card "
-                               "spacing" % label, [_line(r) for r in hot[:5]], index, pci))
-        throttled = [r for r in rows if _thermal(r.get("throttle_reasons"))]
-        if throttled:
+                               "spacing" % label, _lines(_hot_rows(rows, limit)), index, pci))
+        if fig["throttled_samples"]:
             out.append(finding("warn", "THERMAL_THROTTLE", "%s throttled for temperature in %d of %d samples" % (
-                               label, len(throttled), len(rows)),
+                               label, fig["throttled_samples"], fig["samples"]),
                                "check the airflow around %s (fans, blanking panels, inlet temperature)" % label,
-                               [_line(r) for r in throttled[:5]], index, pci))
+                               _lines(_throttled_rows(rows)), index, pci))
         gen, width = fig["pcie_gen_under_load"], fig["pcie_width_under_load"]
         gen_max, width_max = fig["pcie_gen_max"], fig["pcie_width_max"]
         if (gen and gen_max and gen < gen_max) or (width and width_max and width < width_max):
-            loaded = [r for r in rows if r.get("utilization_gpu_pct") is None
-                      or r["utilization_gpu_pct"] >= t["gpufleet_load_util_min_pct"]]
             out.append(finding("fail", "PCIE_DEGRADED", "%s PCIe link under load is gen %s x%s, max gen %s x%s (%d "
-                               "samples)" % (label, gen or "?", width or "?", gen_max, width_max, len(loaded)),
+                               "samples)" % (label, gen or "?", width or "?", gen_max, width_max,
+                                             fig["loaded_samples"]),
                                "reseat or replace the riser of %s, or move the card to another slot; check the slot's "
-                               "BIOS link setting" % label, [_line(r) for r in loaded[:5]], index, pci))
+                               "BIOS link setting" % label, _lines(_loaded_rows(rows, t)), index, pci))
         first, last = fig["ecc_corrected_first"], fig["ecc_corrected_last"]
         if first is not None and last - first >= t["gpufleet_ecc_corrected_rise"]:
             out.append(finding("warn", "ECC_CORRECTED_RISING", "%s volatile corrected ECC rose from %d to %d during "

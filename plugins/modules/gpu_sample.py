@@ -11,8 +11,10 @@ DOCUMENTATION = r"""
 module: gpu_sample
 short_description: Sample GPU temperature, power, PCIe link, throttling and ECC with nvidia-smi while a load runs
 description:
-  - Runs C(nvidia-smi --query-gpu) every O(interval) seconds for O(duration) seconds and returns every sample plus a
-    per-GPU summary. Meant to run with C(async) next to a burn-in or NCCL test, because the PCIe link drops its
+  - Runs C(nvidia-smi --query-gpu) every O(interval) seconds for O(duration) seconds and returns the samples plus a
+    per-GPU summary of all of them. Past 720 samples (an hour at 5 s) it returns the per-GPU summary of every sample,
+    the samples its findings quote and an even spread of the others for the chart, marked RV(samples_thinned), so a
+    run of hours does not send tens of megabytes to the controller; the findings are the same. Meant to run with C(async) next to a burn-in or NCCL test, because the PCIe link drops its
     generation at idle and throttling only shows under load.
   - Judges the samples (module_utils/judge_samples.py) with the thresholds given as options, the same function the
     fleet report runs with the inventory's thresholds. C(fail) when a GPU stays above O(temp_max_c) for
@@ -132,7 +134,8 @@ not_run:
   type: str
 samples:
   description:
-    - One entry per sample; t_s is seconds since the first sample. Each GPU has index, pci, temperature_c, power_w,
+    - One entry per sample (past 720 samples, those kept, RV(samples_thinned)); t_s is seconds since the first sample.
+      Each GPU has index, pci, temperature_c, power_w,
       pcie_gen_current, pcie_width_current, utilization_gpu_pct, throttle_reasons (list), memory_used_mib,
       pcie_gen_max, pcie_width_max, ecc_volatile_corrected (null when not reported).
   returned: always
@@ -147,13 +150,15 @@ samples:
 per_gpu:
   description:
     - Summary per GPU over all samples, computed by the same function the fleet report uses (judge_samples.figures).
+      Of a thinned result (RV(samples_thinned)) the report judges these figures, computed here from every sample.
   returned: always
   type: list
   elements: dict
   sample:
     - {index: 2, pci: "0000:3a:00", samples: 12, loaded_samples: 11, max_temperature_c: 79, max_power_w: 655.0,
        seconds_above_limit_s: 0.0, temperature_limit_c: 85.0, pcie_gen_under_load: 5, pcie_width_under_load: 16,
-       pcie_gen_max: 5, pcie_width_max: 16, ecc_corrected_first: 0, ecc_corrected_last: 0, throttle_reasons_seen: []}
+       pcie_gen_max: 5, pcie_width_max: 16, ecc_corrected_first: 0, ecc_corrected_last: 0, throttle_reasons_seen: [],
+       throttled_samples: 0}
   contains:
     index:
       description: GPU index as nvidia-smi numbers it.
@@ -201,6 +206,19 @@ per_gpu:
       description: Sorted union of the active throttle reasons, without V(gpu_idle).
       type: list
       elements: str
+    throttled_samples:
+      description: Samples with a thermal throttle reason active.
+      type: int
+samples_thinned:
+  description:
+    - True when the run took more than 720 samples and RV(samples) holds only those kept (the ones the findings quote,
+      each GPU's first and last two, an even spread of the rest); RV(per_gpu) covers every sample.
+  returned: when more than 720 samples were taken
+  type: bool
+samples_total:
+  description: How many samples were taken, when RV(samples) is thinned.
+  returned: when more than 720 samples were taken
+  type: int
 evidence:
   description: The sample lines that justify the findings.
   returned: always

@@ -29,7 +29,8 @@ def apply(node, data):
     if series:
         node.series["temperature_c"] = series
         node.series["temperature_limit_c"] = node.t["gpufleet_temp_max_c"]
-    node.judged(MODULE, findings, {"samples": len(data.get("samples") or []),
+    taken = data.get("samples_total") if data.get("samples_thinned") else len(data.get("samples") or [])
+    node.judged(MODULE, findings, {"samples": taken,
                                    "stopped_early": 1 if data.get("stopped_early") else 0}, data.get("not_run"), data)
 
 

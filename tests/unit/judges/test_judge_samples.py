@@ -2,7 +2,9 @@
 
 import pytest
 from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_samples
+from ansible_collections.kentino.gpufleet.plugins.plugin_utils.rules.reading import schema_errors
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from judgelib import BAD_TOP, GARBAGE, HOST, assert_schema, check_shape, codes, door, only, set_path, thresholds
 
 
@@ -158,3 +160,67 @@ def test_a_gpu_never_sampled_loaded_is_unchecked_unless_it_was_lost():
     assert [(f["code"], f["gpu"]) for f in by_pci] == [("SAMPLES_NOT_UNDER_LOAD", 0)]
     by_index = judge_samples.coverage(idle, t, HOST, lost=[0])
     assert [(f["code"], f["gpu"]) for f in by_index] == [("SAMPLES_NOT_UNDER_LOAD", 1)]
+
+
+def _long_run(n=2000, interval=5.0):
+    """n samples of three GPUs: GPU 0 healthy, GPU 1 hot for 400 s with thermal throttling in spells and its corrected
+    ECC rising, GPU 2 on a degraded link; every 100th sample idle (util 0, gen 1)."""
+    rows = []
+    for i in range(n):
+        idle = i % 100 == 0
+        util = 0 if idle else 100
+        hot = 1200 <= i < 1280
+        throttled = hot and i % 3 == 0
+        rows.append([_row(0, util=util, gen=1 if idle else 5),
+                     _row(1, temp=91 if hot else 70 + i % 7, util=util, reasons=["sw_thermal_slowdown"] if throttled
+                          else [], ecc=i // 500),
+                     _row(2, util=util, gen=1 if idle else 3)])
+    return series(rows, interval)
+
+
+def test_a_long_run_returns_a_bounded_result_that_judges_the_same():
+    """A burn of hours returns at most MAX_RETURNED_SAMPLES samples (per_gpu from all of them, the rows the findings
+    quote kept), and every judge of the sampling gives the same findings, evidence and figures for it as for the whole."""
+    whole = _long_run()
+    t = thresholds()
+    small = judge_samples.compact(whole, t)
+    assert small["samples_thinned"] is True and small["samples_total"] == 2000
+    assert len(small["samples"]) <= judge_samples.MAX_RETURNED_SAMPLES < len(whole["samples"])
+    assert [s["t_s"] for s in small["samples"]] == sorted(s["t_s"] for s in small["samples"])
+    findings = judge(whole)
+    assert codes(findings) == [("THERMAL_SUSTAINED", 1), ("THERMAL_THROTTLE", 1), ("ECC_CORRECTED_RISING", 1),
+                               ("PCIE_DEGRADED", 2)]
+    assert judge(small) == findings
+    assert judge_samples.coverage(small, t, HOST) == judge_samples.coverage(whole, t, HOST)
+    assert judge_samples.figures(small, t)[0] == judge_samples.figures(whole, t)[0]
+    throttle = [f for f in findings if f["code"] == "THERMAL_THROTTLE"][0]
+    assert "in 27 of 2000 samples" in throttle["message"], "counted over every sample, not those returned"
+    chart = judge_samples.figures(small, t)[1]["1"]
+    assert len(chart) == judge_samples.MAX_SERIES_POINTS and max(v for _t, v in chart) == 91
+    assert_schema("gpu_sample", small, findings)
+    assert judge_samples.compact(healthy(), t) == healthy(), "a short run is returned whole"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=1, max_value=60), st.integers(min_value=1, max_value=30),
+       st.lists(st.tuples(st.integers(60, 95), st.integers(0, 100), st.integers(1, 5), st.booleans(),
+                          st.integers(0, 3)), min_size=1, max_size=120))
+def test_compact_never_changes_a_finding(seed_gpus, limit, rows):
+    """Whatever the samples, a result compacted to any limit judges as the whole did (findings, evidence, coverage)."""
+    gpus = 1 + seed_gpus % 3
+    whole = series([[_row(g, temp=temp - g, util=util, gen=gen, reasons=["hw_thermal_slowdown"] if thermal else [],
+                          ecc=ecc + g) for g in range(gpus)] for temp, util, gen, thermal, ecc in rows], 5.0)
+    t = thresholds(gpufleet_temp_sustained_s=20.0)
+    small = judge_samples.compact(whole, t, limit)
+    assert len(small["samples"]) <= max(limit, gpus * 18) and len(small["samples"]) <= len(rows)
+    assert judge_samples.judge(small, t, HOST) == judge_samples.judge(whole, t, HOST)
+    assert judge_samples.coverage(small, t, HOST) == judge_samples.coverage(whole, t, HOST)
+
+
+def test_a_thinned_result_without_its_figures_is_invalid():
+    """The report judges a thinned result by its per_gpu figures: without them (or of the wrong type) the result does
+    not match the schema and is a RESULT_INVALID error, never a pass on the few samples it carries."""
+    small = judge_samples.compact(_long_run(), thresholds())
+    assert schema_errors("gpu_sample", dict(small, per_gpu=[{"index": 1, "pci": "0000:19:00"}], verdict="pass"))
+    assert schema_errors("gpu_sample", set_path(dict(small, verdict="pass"), ["per_gpu", 0, "samples"], "many"))
+    assert schema_errors("gpu_sample", {k: v for k, v in dict(small, verdict="pass").items() if k != "samples_total"})

@@ -179,3 +179,20 @@ def test_junk_output_stops_with_the_reason(tmp_path, contract):
     assert {p["kind"] for p in result["problems"]} == {"unparsable_output"}
     assert result["verdict"] == "error"
     contract("gpu_sample", result, judge_samples.judge, T)
+
+
+def test_a_long_sampling_returns_the_compact_result(standin, monkeypatch):
+    """The sampler itself returns judge_samples.compact's result: past the limit (3 here instead of 720), per_gpu
+    over every sample, fewer samples, and the same findings as the whole run would give."""
+    from ansible_collections.kentino.gpufleet.plugins.module_utils import gpu_sampling
+
+    stand = standin("load")
+    for key, value in stand.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(judge_samples, "MAX_RETURNED_SAMPLES", 3)
+    result = gpu_sampling.sample(str(stand.path), 30, 0.1, 3.0, T)
+    assert result["samples_thinned"] is True and result["samples_total"] == len(stand.calls) == 30
+    assert len(result["samples"]) < 20
+    assert all(g["samples"] == 30 for g in result["per_gpu"]), "the figures count every sample"
+    assert _codes(judge_samples.judge(result, T, "node")) == [("PCIE_DEGRADED", 1), ("PCIE_DEGRADED", 2),
+                                                              ("THERMAL_THROTTLE", 3)]
