@@ -158,10 +158,10 @@ def _loaded_rows(rows, t):
 
 
 def compact(result, t, limit=None):
-    """The result a node returns: itself up to `limit` (MAX_RETURNED_SAMPLES) samples. Past that, per_gpu from every sample, the samples
-    holding a row a finding quotes (each GPU's first hot, thermally throttled and loaded rows, its first and last two),
-    and an even spread of the others up to `limit` in all; samples_thinned true, samples_total the count taken.
-    judge() and coverage() answer the same for both (tests/unit/judges/test_judge_samples.py)."""
+    """The result a node returns: itself up to `limit` (MAX_RETURNED_SAMPLES) samples. Past that, per_gpu from every
+    sample, the samples holding a row a finding quotes (each GPU's first hot, thermally throttled and loaded rows, its
+    first and last two) and an even spread of the others up to `limit` in all; samples_thinned true, samples_total
+    the count taken. judge() and coverage() answer the same for both (tests/unit/judges/test_judge_samples.py)."""
     limit = MAX_RETURNED_SAMPLES if limit is None else limit
     samples = result.get("samples") or []
     if len(samples) <= limit:
