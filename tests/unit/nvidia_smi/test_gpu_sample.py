@@ -4,7 +4,7 @@
 from pathlib import Path
 
 import pytest
-from ansible_collections.kentino.gpufleet.plugins.module_utils import judge_samples
+from ansible_collections.kentino.gpufleet.plugins.module_utils import gpu_sampling, judge_samples
 from ansible_collections.kentino.gpufleet.plugins.module_utils.thresholds import DEFAULTS
 from helpers.module_runner import run_module
 
@@ -184,8 +184,6 @@ def test_junk_output_stops_with_the_reason(tmp_path, contract):
 def test_a_long_sampling_returns_the_compact_result(standin, monkeypatch):
     """The sampler itself returns judge_samples.compact's result: past the limit (3 here instead of 720), per_gpu
     over every sample, fewer samples, and the same findings as the whole run would give."""
-    from ansible_collections.kentino.gpufleet.plugins.module_utils import gpu_sampling
-
     stand = standin("load")
     for key, value in stand.env.items():
         monkeypatch.setenv(key, value)
