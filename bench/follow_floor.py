@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where a Python follower's CPU goes, against one grep pass: the parts of bench/xid_latency.py's floor, measured apart.
 
-Five minimal followers on the watcher's schedule (a look at the file once a second) follow the same log through the
-same run as bench/xid_latency.py writes it (2,000 lines/s with an XID line every 0.5 s for 10 s, then a 10,000-line
+Five copies of that floor (xid_latency.FLOOR_FOLLOWER, a look at the file once a second) follow the same log through
+the same run as bench/xid_latency.py writes it (2,000 lines/s with an XID line every 0.5 s for 10 s, then a 10,000-line
 burst and an XID line), each doing one more part of the work than the one before:
   wake     wakes once a second and does nothing else
   read     + reads what is new (one buffer, as the watcher does)
@@ -29,36 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import xid_latency  # noqa: E402
 
-FOLLOWER = r"""
-import os, re, select, sys, time
-part, log, out = sys.argv[1], sys.argv[2], sys.argv[3]
-buf = bytearray(1 << 20)
-view = memoryview(buf)
-xid = re.compile(rb"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)")
-seen, dirty, last_write = set(), False, 0.0
-fh = open(log, "rb", buffering=0)
-fh.seek(0, 2)
-while True:
-    if part != "wake":
-        n = fh.readinto(view)
-        while n:
-            if part != "read":
-                i = buf.find(b"NVRM", 0, n)
-                while i >= 0:
-                    m = xid.match(buf, i, n)
-                    if m and m.group(1) not in seen:
-                        seen.add(m.group(1))
-                        dirty = True
-                    i = buf.find(b"NVRM", i + 4, n)
-            n = fh.readinto(view) if n == len(buf) else 0
-    now = time.monotonic()
-    if part in ("write", "tmpfs") and dirty and now - last_write >= 2.0:
-        with open(out + ".tmp", "w") as tf:
-            tf.write("".join('xid_events_total{pci="%s"} 1\n' % p.decode() for p in sorted(seen)))
-        os.rename(out + ".tmp", out)
-        dirty, last_write = False, now
-    select.select([], [], [], 1.0)
-"""
 PARTS = ("wake", "read", "scan", "write", "tmpfs")
 
 
@@ -67,7 +37,7 @@ def main():
     shm = Path(tempfile.mkdtemp(prefix="gpufleet-bench-", dir="/dev/shm"))
     log = root / "kern.log"
     log.write_text(xid_latency.noise(0))
-    procs = [subprocess.Popen([sys.executable, "-c", FOLLOWER, part, str(log),
+    procs = [subprocess.Popen([sys.executable, "-c", xid_latency.FLOOR_FOLLOWER, part, str(log),
                                str((shm if part == "tmpfs" else root) / (part + ".prom"))]) for part in PARTS]
     try:
         time.sleep(1.5)  # started and waiting: their start is not counted

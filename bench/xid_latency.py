@@ -34,34 +34,37 @@ REPO = Path(__file__).resolve().parents[1]
 WATCHER = REPO / "roles" / "gpu_monitoring" / "files" / "gpufleet-xid-watcher"
 
 
-# The floor (see the docstring): argv[1] the log, argv[2] the textfile; the watcher's read and event write intervals.
+# The floor (see the docstring): argv[1] the part of the work done (bench/follow_floor.py takes the floor apart; this
+# bench runs "write", all of it), argv[2] the log, argv[3] the textfile; the watcher's read and event write intervals.
 FLOOR_FOLLOWER = r"""
 import os, re, select, sys, time
-log, out = sys.argv[1], sys.argv[2]
+part, log, out = sys.argv[1], sys.argv[2], sys.argv[3]
 buf = bytearray(1 << 20)
 view = memoryview(buf)
 xid = re.compile(rb"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)")
 seen, dirty, last_write = set(), False, 0.0
-with open(log, "rb", buffering=0) as fh:
-    fh.seek(0, 2)
-    while True:
+fh = open(log, "rb", buffering=0)
+fh.seek(0, 2)
+while True:
+    if part != "wake":
         n = fh.readinto(view)
         while n:
-            i = buf.find(b"NVRM", 0, n)
-            while i >= 0:
-                m = xid.match(buf, i, n)
-                if m and m.group(1) not in seen:
-                    seen.add(m.group(1))
-                    dirty = True
-                i = buf.find(b"NVRM", i + 4, n)
+            if part != "read":
+                i = buf.find(b"NVRM", 0, n)
+                while i >= 0:
+                    m = xid.match(buf, i, n)
+                    if m and m.group(1) not in seen:
+                        seen.add(m.group(1))
+                        dirty = True
+                    i = buf.find(b"NVRM", i + 4, n)
             n = fh.readinto(view) if n == len(buf) else 0
-        now = time.monotonic()
-        if dirty and now - last_write >= 2.0:
-            with open(out + ".tmp", "w") as tf:
-                tf.write("".join('xid_events_total{pci="%s"} 1\n' % p.decode() for p in sorted(seen)))
-            os.rename(out + ".tmp", out)
-            dirty, last_write = False, now
-        select.select([], [], [], 1.0)
+    now = time.monotonic()
+    if part in ("write", "tmpfs") and dirty and now - last_write >= 2.0:
+        with open(out + ".tmp", "w") as tf:
+            tf.write("".join('xid_events_total{pci="%s"} 1\n' % p.decode() for p in sorted(seen)))
+        os.rename(out + ".tmp", out)
+        dirty, last_write = False, now
+    select.select([], [], [], 1.0)
 """
 
 
@@ -163,7 +166,7 @@ def main(argv=None):
     # and tail looking once a second (the watcher's schedule).
     follow = c_follower(log)
     poll = c_follower(log, "---disable-inotify", "-s", "1")
-    floor = subprocess.Popen([sys.executable, "-c", FLOOR_FOLLOWER, str(log), str(root / "floor.prom")])
+    floor = subprocess.Popen([sys.executable, "-c", FLOOR_FOLLOWER, "write", str(log), str(root / "floor.prom")])
     try:
         deadline = time.monotonic() + 30
         while not prom.exists() and time.monotonic() < deadline:
