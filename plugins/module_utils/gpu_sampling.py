@@ -102,10 +102,12 @@ def sample(executable, timeout, interval, duration, t, stop=None, lease=None):
             break
     result["duration_s"] = round(time.monotonic() - started, 3)
     result["problems"] = public_problems(problems)
-    result["per_gpu"] = judge_samples.figures(result, t)[0]
     result["nvidia_smi"]["call_count"] = len(query.calls)
     result["nvidia_smi"]["rejected_fields"] = list(query.rejected)
-    return judge_samples.compact(result, t)
+    result = judge_samples.compact(result, t)
+    # Of a compact result, figures() gives back the per_gpu compact() computed from every sample.
+    result["per_gpu"] = judge_samples.figures(result, t)[0]
+    return result
 
 
 def _wait_or_stop(until, stop, lease):

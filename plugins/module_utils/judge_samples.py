@@ -106,25 +106,30 @@ def figures(result, t):
     throttle reasons seen; plus the temperature series for the chart. ([per_gpu], {index: [[t, temp]]}). Of a
     compact result (samples_thinned): the node's per_gpu, computed here from every sample, and the series of those
     returned."""
+    return _figures(per_gpu_rows(result), result, t)
+
+
+def _figures(rows_by_gpu, result, t):
+    """figures() of the rows per_gpu_rows(result) gave (compact() has them already)."""
     limit = t["gpufleet_temp_max_c"]
     per, series = [], {}
     thinned = bool(result.get("samples_thinned"))
-    for rows in per_gpu_rows(result).values():
+    for rows in rows_by_gpu.values():
         first = rows[0]
         start = rows[0]["_t"] or 0.0
         temps = [r["temperature_c"] for r in rows if r.get("temperature_c") is not None]
+        if temps:
+            series[str(first.get("index"))] = downsample(
+                [[round((r["_t"] or 0.0) - start, 3), r["temperature_c"]] for r in rows
+                 if r.get("temperature_c") is not None])
+        if thinned:
+            continue  # the figures are the node's, from every sample
         powers = [r["power_w"] for r in rows if r.get("power_w") is not None]
         loaded = _loaded_rows(rows, t)
         gens = [r["pcie_gen_current"] for r in loaded if r.get("pcie_gen_current") is not None]
         widths = [r["pcie_width_current"] for r in loaded if r.get("pcie_width_current") is not None]
         corrected = [r["ecc_volatile_corrected"] for r in rows if r.get("ecc_volatile_corrected") is not None]
         reasons = sorted(set(x for r in rows for x in r.get("throttle_reasons") or [] if x != "gpu_idle"))
-        if temps:
-            series[str(first.get("index"))] = downsample(
-                [[round((r["_t"] or 0.0) - start, 3), r["temperature_c"]] for r in rows
-                 if r.get("temperature_c") is not None])
-        if thinned:
-            continue
         per.append({
             "index": first.get("index"), "pci": first.get("pci"), "samples": len(rows), "loaded_samples": len(loaded),
             "max_temperature_c": max(temps) if temps else None, "max_power_w": max(powers) if powers else None,
@@ -167,8 +172,9 @@ def compact(result, t, limit=None):
     if len(samples) <= limit:
         return result
     t = complete(t)
+    rows_by_gpu = per_gpu_rows(result)
     keep = set()  # the places of the samples to return
-    for rows in per_gpu_rows(result).values():
+    for rows in rows_by_gpu.values():
         quoted = (_hot_rows(rows, t["gpufleet_temp_max_c"])[:EVIDENCE_ROWS] + _throttled_rows(rows)[:EVIDENCE_ROWS]
                   + _loaded_rows(rows, t)[:EVIDENCE_ROWS] + rows[:1] + rows[-2:])
         keep.update(row["_i"] for row in quoted)
@@ -176,7 +182,7 @@ def compact(result, t, limit=None):
     keep.update(int(k * len(samples) / spread) for k in range(spread))
     out = dict(result)
     out["samples"] = [samples[i] for i in sorted(keep)]
-    out["per_gpu"] = figures(result, t)[0]
+    out["per_gpu"] = _figures(rows_by_gpu, result, t)[0]
     out["samples_thinned"] = True
     out["samples_total"] = len(samples)
     return out

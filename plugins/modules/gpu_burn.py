@@ -313,8 +313,8 @@ sampling:
   description:
     - With O(sample), the nvidia-smi samples taken beside the burn in M(kentino.gpufleet.gpu_sample)'s result shape
       (samples, per_gpu, problems, stopped_early, stop_reason, duration_s, interval_s, nvidia_smi, samples_thinned
-      and samples_total past 720 samples, and that check's own verdict, reasons and evidence). The fleet report judges it as the gpu_sample check of a result registered
-      as C(gpufleet_result_gpu_burn).
+      and samples_total past 720 samples, and that check's own verdict, reasons and evidence). The fleet report
+      judges it as the gpu_sample check of a result registered as C(gpufleet_result_gpu_burn).
   returned: when O(sample) was given and gpu_burn ran
   type: dict
 ib_ports:

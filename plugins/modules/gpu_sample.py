@@ -14,8 +14,9 @@ description:
   - Runs C(nvidia-smi --query-gpu) every O(interval) seconds for O(duration) seconds and returns the samples plus a
     per-GPU summary of all of them. Past 720 samples (an hour at 5 s) it returns the per-GPU summary of every sample,
     the samples its findings quote and an even spread of the others for the chart, marked RV(samples_thinned), so a
-    run of hours does not send tens of megabytes to the controller; the findings are the same. Meant to run with C(async) next to a burn-in or NCCL test, because the PCIe link drops its
-    generation at idle and throttling only shows under load.
+    run of hours does not send tens of megabytes to the controller; the findings are the same. Meant to run with
+    C(async) next to a burn-in or NCCL test, because the PCIe link drops its generation at idle and throttling only
+    shows under load.
   - Judges the samples (module_utils/judge_samples.py) with the thresholds given as options, the same function the
     fleet report runs with the inventory's thresholds. C(fail) when a GPU stays above O(temp_max_c) for
     O(temp_sustained_s) or its PCIe link never reaches its rated generation/width under load; C(warn) on thermal
@@ -135,9 +136,9 @@ not_run:
 samples:
   description:
     - One entry per sample (past 720 samples, those kept, RV(samples_thinned)); t_s is seconds since the first sample.
-      Each GPU has index, pci, temperature_c, power_w,
-      pcie_gen_current, pcie_width_current, utilization_gpu_pct, throttle_reasons (list), memory_used_mib,
-      pcie_gen_max, pcie_width_max, ecc_volatile_corrected (null when not reported).
+      Each GPU has index, pci, temperature_c, power_w, pcie_gen_current, pcie_width_current, utilization_gpu_pct,
+      throttle_reasons (list), memory_used_mib, pcie_gen_max, pcie_width_max, ecc_volatile_corrected (null when not
+      reported).
   returned: always
   type: list
   elements: dict
