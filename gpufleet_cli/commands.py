@@ -72,8 +72,8 @@ def _runner_kwargs(repo, playbook, args, extra, private, report_dir):
 def cmd_play(args, repo, show_report):
     """burn-in, preflight, audit, provision: the playbook through ansible-runner under the live view."""
     import ansible_runner
-    from rich.console import Console
 
+    from gpufleet_cli.console import Console
     from gpufleet_cli.live import RunView, explain_no_report, run_live
     from gpufleet_cli.main import parse_extra
 
@@ -263,26 +263,15 @@ def cmd_history(args):
         HistoryError,
         default_path,
     )
-    from rich.console import Console
+
+    from gpufleet_cli.console import Console
 
     console = Console()
     path = default_path(args.history_dir or Path(args.report_dir) / "history")
     try:
         with History(path, readonly=True) as history:
             if args.export:
-                try:
-                    out = open(args.out, "w", newline="") if args.out else sys.stdout
-                except OSError as exc:
-                    sys.stderr.write("gpufleet history: argument --out: cannot write %s: %s\n" % (
-                        args.out, exc.strerror))
-                    return 2
-                try:
-                    count = history.export(args.export, out, host=args.node)
-                finally:
-                    if args.out:
-                        out.close()
-                sys.stderr.write("gpufleet: %d row(s) exported%s\n" % (count, " to %s" % args.out if args.out else ""))
-                return EXIT_PASS
+                return export_history(history, args)
             if args.node and args.gpu is not None:
                 return history_gpu(history, args.node, args.gpu, args.days, console)
             if args.node:
@@ -291,6 +280,50 @@ def cmd_history(args):
     except HistoryError as exc:
         sys.stderr.write("gpufleet: %s\n" % exc)
         return EXIT_NOT_RUN
+
+
+def export_history(history, args):
+    """--export to standard output, or to --out whole or not at all: a regular file is written under a temp name
+    beside it and renamed at the end, so a full disk or an interrupt leaves the previous export (or nothing), never a
+    cut one; a device or a pipe (/dev/stdout, a FIFO) is written in place."""
+    target = Path(args.out) if args.out else None
+    in_place = target is not None and target.exists() and not target.is_file()
+    tmp = None
+    try:
+        if target is None:
+            out = sys.stdout
+        elif in_place:
+            out = open(target, "w", newline="")
+        else:
+            fd, tmp = tempfile.mkstemp(prefix="." + target.name + ".", suffix=".tmp", dir=str(target.parent))
+            os.fchmod(fd, 0o644)
+            out = os.fdopen(fd, "w", newline="")
+    except OSError as exc:
+        sys.stderr.write("gpufleet history: argument --out: cannot write %s: %s\n" % (args.out, exc.strerror))
+        return 2
+    try:
+        try:
+            count = history.export(args.export, out, host=args.node)
+        finally:
+            if target is not None:
+                out.close()
+        if tmp is not None:
+            os.replace(tmp, str(target))
+            tmp = None
+    except OSError as exc:
+        if target is None:
+            raise  # standard output: main() handles a closed pipe
+        sys.stderr.write("gpufleet history: cannot write %s: %s; %s\n" % (
+            args.out, exc.strerror or exc, "it may be cut short" if in_place else "nothing was written"))
+        return EXIT_NOT_RUN
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    sys.stderr.write("gpufleet: %d row(s) exported%s\n" % (count, " to %s" % args.out if args.out else ""))
+    return EXIT_PASS
 
 
 def cmd_handover(args):

@@ -22,6 +22,7 @@ but not recorded in the history (gpufleet_cli/commands.py); so do history and ha
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -64,8 +65,9 @@ def parse_extra(items):
 
 def show_report(path, console=None):
     """Print a report.json (or a run directory / reports/latest) as a table; return the report."""
-    from rich.console import Console
     from rich.table import Table
+
+    from gpufleet_cli.console import Console
 
     console = console or Console()
     path = Path(path)
@@ -122,8 +124,9 @@ def _utc(text):
 
 def show_postmortem(path, console=None):
     """Print a postmortem.json (or its directory) as the verdict and a findings table; return the document."""
-    from rich.console import Console
     from rich.table import Table
+
+    from gpufleet_cli.console import Console
 
     console = console or Console()
     path = Path(path)
@@ -201,6 +204,8 @@ def cmd_postmortem(args):
         path = path / "postmortem.json" if path.is_dir() or not path.suffix else path
         try:
             show_postmortem(path)
+        except BrokenPipeError:
+            raise  # the reader left (main's business), not an unreadable post-mortem
         except (OSError, ValueError, KeyError) as exc:
             sys.stderr.write("gpufleet: no readable post-mortem at %s (%s): run `gpufleet postmortem` first\n"
                              % (path, exc))
@@ -287,6 +292,16 @@ def collection_problem(repo=REPO):
 
 
 def main(argv=None):
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`gpufleet history --export csv | head`): what it wanted was written. Stop as a C tool
+        # killed by SIGPIPE does, without a traceback, and keep Python's exit flush from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     problem = None if {"-h", "--help"} & set(argv) else collection_problem()
     if problem:
@@ -358,6 +373,8 @@ def main(argv=None):
         path = Path(args.report_dir) / args.path  # a run id
     try:
         report = show_report(path)
+    except BrokenPipeError:
+        raise  # the reader left (main's business), not an unreadable report
     except (OSError, ValueError, KeyError) as exc:
         sys.stderr.write("gpufleet: no readable report at %s (%s)\n" % (path, exc))
         return commands.EXIT_NOT_RUN

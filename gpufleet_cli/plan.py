@@ -80,8 +80,9 @@ def build(args, report=None):
 
 
 def show(plan, console=None):
-    from rich.console import Console
     from rich.table import Table
+
+    from gpufleet_cli.console import Console
 
     console = console or Console()
     i = plan["inputs"]
