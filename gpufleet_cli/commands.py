@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpufleet_cli.options import existing_dir, index, output_file, positive_float
+from gpufleet_cli.options import existing_dir, index, make_output_dir, output_dir, output_file, positive_float
 
 EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN, EXIT_NOT_RECORDED = 0, 1, 2, 3, 4
 RUN_COMMANDS = {"burn-in": "burn_in", "preflight": "preflight", "audit": "audit", "provision": "provision"}
@@ -79,8 +79,8 @@ def cmd_play(args, repo, show_report):
 
     playbook = RUN_COMMANDS[args.command]
     extra = parse_extra(args.extra_vars)
-    report_dir = Path(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())))
-    report_dir.mkdir(parents=True, exist_ok=True)
+    option = "-e gpufleet_report_dir" if "gpufleet_report_dir" in extra else "--report-dir"
+    report_dir = make_output_dir(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())), option)
     if args.fail_on_warn:
         extra.setdefault("gpufleet_fail_on", "warn")
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -341,6 +341,10 @@ def cmd_handover(args):
     except HistoryError as exc:
         sys.stderr.write("gpufleet: %s\n" % exc)
         return EXIT_NOT_RUN
+    except OSError as exc:  # a full disk, a directory that became unwritable after the usage check
+        sys.stderr.write("gpufleet handover: cannot write the sheet into %s: %s\n" % (
+            getattr(exc, "filename", None) or out, exc.strerror or exc))
+        return EXIT_NOT_RUN
     print("handover sheet: %s" % written["html"])
     for blocked in written["forced"]:
         sys.stderr.write("gpufleet: --force: the sheet says first that %s\n" % blocked)
@@ -375,6 +379,6 @@ def add_parsers(sub, default_report_dir):
     s.add_argument("--pdf", action="store_true", help="also print it to PDF with headless Chromium")
     s.add_argument("--force", action="store_true", help="write the sheet of a machine that fails now or changed since "
                                                         "its burn-in (it says so first, in red)")
-    s.add_argument("--out", help="directory (default <report-dir>/handover/<time>)")
+    s.add_argument("--out", type=output_dir, help="directory (default <report-dir>/handover/<time>)")
     s.add_argument("--history-dir", type=existing_dir, help="default: <report-dir>/history")
     s.add_argument("--report-dir", default=default_report_dir)

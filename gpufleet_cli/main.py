@@ -29,7 +29,7 @@ import time
 from datetime import UTC
 from pathlib import Path
 
-from gpufleet_cli.options import positive_int
+from gpufleet_cli.options import make_output_dir, positive_int
 
 REPO = Path(__file__).resolve().parents[1]
 # checks.yml holds the plays burn_in.yml and preflight.yml share: not a playbook of its own.
@@ -212,7 +212,8 @@ def cmd_postmortem(args):
             return 1
         return 0
     extra = parse_extra(args.extra_vars)
-    extra.setdefault("job_postmortem_report_dir", str(pm_dir))
+    option = "-e job_postmortem_report_dir" if "job_postmortem_report_dir" in extra else "--report-dir"
+    make_output_dir(extra.setdefault("job_postmortem_report_dir", str(pm_dir)), option)
     for key, value in (("job_postmortem_logs", args.logs), ("job_postmortem_journal_units", args.journal_unit),
                        ("job_postmortem_dump_prefixes", args.dump_prefix)):
         if value:
@@ -224,7 +225,6 @@ def cmd_postmortem(args):
             extra[key] = value
     if args.become:
         extra["job_postmortem_become"] = True
-    Path(extra["job_postmortem_report_dir"]).mkdir(parents=True, exist_ok=True)
     started = time.time()
     result = _runner("job_postmortem", args, extra)
     latest = Path(extra["job_postmortem_report_dir"]) / "latest" / "postmortem.json"
@@ -241,8 +241,8 @@ def cmd_run(args):
     from gpufleet_cli.live import RunProblems, explain_no_report
 
     extra = parse_extra(args.extra_vars)
-    report_dir = Path(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())))
-    report_dir.mkdir(parents=True, exist_ok=True)
+    option = "-e gpufleet_report_dir" if "gpufleet_report_dir" in extra else "--report-dir"
+    report_dir = make_output_dir(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())), option)
     shows_report = args.playbook in ("burn_in", "preflight") and not args.check
     if shows_report:
         # The table is printed below, once: not also by the playbook.

@@ -4,6 +4,7 @@ never replaced by a default or read as something else further on."""
 import argparse
 import math
 import os
+import sys
 from pathlib import Path
 
 
@@ -17,15 +18,24 @@ def _number(text, kind):
     return value
 
 
-def _at_least(kind, minimum, strictly):
-    """An argparse type: a finite `kind` above `minimum` (strictly) or not below it."""
+def _at_least(kind, minimum, strictly, maximum=None):
+    """An argparse type: a finite `kind` above `minimum` (strictly) or not below it, and not above `maximum`."""
     def parse(text):
         value = _number(text, kind)
         if value < minimum or (strictly and value == minimum):
             raise argparse.ArgumentTypeError("must be %s, got %s" % (
                 "greater than %s" % minimum if strictly else "%s or more" % minimum, text))
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError("must be at most %s, got %s" % (
+                "%d" % maximum if float(maximum).is_integer() else maximum, text))
         return value
     return parse
+
+
+def between(kind, low, high):
+    """An argparse type: a finite `kind` from `low` to `high`, the range where the value still means something (a
+    plan for 10^20 GPUs or a checkpoint every 10^-300 minutes is a typo, not a question)."""
+    return _at_least(kind, low, False, high)
 
 
 positive_int = _at_least(int, 0, strictly=True)
@@ -52,6 +62,37 @@ def output_file(text):
     if not os.access(parent, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError("cannot write %s: directory %s is not writable" % (text, parent))
     return text
+
+
+def output_dir(text):
+    """A directory to write into: one that exists, or one that can be made under the nearest directory that does."""
+    path = Path(text)
+    if path.exists():
+        if not path.is_dir():
+            raise argparse.ArgumentTypeError("%s exists and is not a directory: give a directory" % text)
+        existing = path
+    else:
+        existing = next((p for p in path.absolute().parents if p.exists()), None)
+        if existing is None or not existing.is_dir():
+            raise argparse.ArgumentTypeError("cannot make %s: %s is not a directory" % (text, existing))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError("cannot write into %s: %s is not writable" % (text, existing))
+    return text
+
+
+def make_output_dir(text, option):
+    """Make the directory a run writes its reports into (mkdir -p); a path that is a file, under a file, or not
+    writable ends the command as a usage error naming the option (exit 2), before Ansible starts."""
+    try:
+        output_dir(text)
+        Path(text).mkdir(parents=True, exist_ok=True)
+        return Path(text)
+    except argparse.ArgumentTypeError as exc:
+        problem = str(exc)
+    except OSError as exc:
+        problem = "cannot make %s: %s" % (text, exc.strerror or exc)
+    sys.stderr.write("gpufleet: error: argument %s: %s\n" % (option, problem))
+    raise SystemExit(2)
 
 
 def _matching(pattern, what):

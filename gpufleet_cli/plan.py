@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpufleet_cli.options import existing_dir, non_negative_float, positive_float, positive_int
+from gpufleet_cli.options import between, existing_dir
 
 # The collection's controller code (cadence.py) through collections/ansible_collections/kentino/gpufleet -> the repo.
 COLLECTIONS = Path(__file__).resolve().parents[1] / "collections"
@@ -22,15 +22,15 @@ HELP = "checkpoint interval and the GPU-hours (and cost) failures take a day"
 def add_parser(sub):
     p = sub.add_parser("plan", help=HELP, description=__doc__.splitlines()[0])
     p.add_argument("--report", help="report.json or its run directory (default reports/latest when it exists)")
-    p.add_argument("--gpus", type=positive_int, help="GPUs of the training job (default: the report's)")
-    p.add_argument("--checkpoint-gb", type=positive_float, help="size of one checkpoint per node, GB (10^9 bytes)")
-    p.add_argument("--write-mb-s", type=positive_float, help="checkpoint write speed, MB/s (default: the slowest node's "
+    p.add_argument("--gpus", type=between(int, 1, 1000000), help="GPUs of the training job (default: the report's)")
+    p.add_argument("--checkpoint-gb", type=between(float, 0.001, 1e6), help="size of one checkpoint per node, GB (10^9 bytes)")
+    p.add_argument("--write-mb-s", type=between(float, 0.01, 1e7), help="checkpoint write speed, MB/s (default: the slowest node's "
                                                     "in the report)")
-    p.add_argument("--interval-min", type=positive_float, help="current checkpoint interval, minutes")
-    p.add_argument("--gpu-hours-per-failure", type=positive_float, help="default: the history's rate, else 50,000")
+    p.add_argument("--interval-min", type=between(float, 0.1, 1e6), help="current checkpoint interval, minutes")
+    p.add_argument("--gpu-hours-per-failure", type=between(float, 1, 1e9), help="default: the history's rate, else 50,000")
     p.add_argument("--history-dir", type=existing_dir, help="the audit history store (its failure rate)")
-    p.add_argument("--restart-min", type=non_negative_float, help="minutes one restart costs (default 2)")
-    p.add_argument("--price", type=non_negative_float, help="price of one GPU-hour")
+    p.add_argument("--restart-min", type=between(float, 0, 1e5), help="minutes one restart costs (default 2)")
+    p.add_argument("--price", type=between(float, 0, 1e6), help="price of one GPU-hour")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     return p
 

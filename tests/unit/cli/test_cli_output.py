@@ -101,3 +101,15 @@ def test_history_tables_to_a_reader_that_went_away_end_quietly(tmp_path):
     for argv in (["history"], ["history", "n0"], ["history", "n0", "--gpu", "0"]):
         proc = _to_a_closed_pipe(argv + args)
         assert proc.returncode == 141, (argv, proc.stderr)
+
+
+def test_a_handover_sheet_that_cannot_be_written_is_named_not_a_traceback(tmp_path, capsys, monkeypatch):
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history import handover
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "sheets" / "handover.html"))
+
+    monkeypatch.setattr(handover, "write", full_disk)
+    assert main(["handover", "n0", "--out", str(tmp_path / "sheets")] + _history(tmp_path)) == 3
+    err = capsys.readouterr().err
+    assert "cannot write the sheet into %s: No space left on device" % (tmp_path / "sheets" / "handover.html") in err

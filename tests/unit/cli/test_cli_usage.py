@@ -2,7 +2,8 @@
 
 A value out of range is never replaced by a default without a word (`plan --gpu-hours-per-failure 0` planned with
 50,000), a missing directory is never read as an empty history, an output file that cannot be written is a message,
-not a traceback; `report --report-dir DIR` reads DIR, not ./reports.
+not a traceback (a report or handover directory that is a file or under one included); `report --report-dir DIR`
+reads DIR, not ./reports; a plan input far outside what it could mean (10^20 GPUs) is refused.
 """
 
 import json
@@ -40,12 +41,27 @@ def usage_error(capsys, argv):
     ["plan", "--interval-min", "nan"],
     ["plan", "--price", "-2"],
     ["plan", "--history-dir", "/nonexistent"],
+    ["plan", "--gpus", "99999999999999999999"],
+    ["plan", "--checkpoint-gb", "1e308"],
+    ["plan", "--write-mb-s", "1e-300"],
+    ["plan", "--interval-min", "1e-300"],
+    ["plan", "--gpu-hours-per-failure", "1e300"],
+    ["plan", "--restart-min", "1e300"],
+    ["plan", "--price", "1e300"],
     ["history", "--export", "csv", "--out", "/nonexistent/x.csv"],
     ["history", "--history-dir", "/nonexistent"],
     ["history", "n1", "--gpu", "-1"],
     ["history", "--days", "0"],
     ["handover", "n1", "--history-dir", "/nonexistent"],
+    ["handover", "n1", "--out", "/dev/null"],
+    ["handover", "n1", "--out", "/dev/null/sheets"],
     ["postmortem", "--world-size", "0"],
+    ["run", "preflight", "--report-dir", "/dev/null"],
+    ["preflight", "--report-dir", "/dev/null/reports"],
+    ["audit", "--report-dir", "/dev/null"],
+    ["abort", "--report-dir", "/dev/null"],
+    ["postmortem", "--report-dir", "/dev/null"],
+    ["quarantine", "n1", "--dry-run", "--report-dir", "/dev/null"],
 ])
 def test_a_bad_value_is_a_usage_error_that_names_the_option(capsys, argv):
     option = [word for word in argv if word.startswith("--")][-1]
@@ -104,3 +120,8 @@ def test_a_clone_whose_collection_ansible_cannot_find_is_said_before_any_run(tmp
     link.mkdir(parents=True)
     (link / "gpufleet").symlink_to("../../..")
     assert collection_problem(tmp_path) is None
+
+
+def test_a_report_dir_given_as_an_extra_var_is_checked_as_the_option_is(capsys):
+    code, err = usage_error(capsys, ["preflight", "-e", "gpufleet_report_dir=/dev/null"])
+    assert code == 2 and "argument -e gpufleet_report_dir: /dev/null exists and is not a directory" in err, err
