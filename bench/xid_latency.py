@@ -5,8 +5,8 @@ One run: the XID watcher (its entry script, file source, default read and write 
 this script appends syslog-style lines: a steady phase (2,000 lines/s with an XID line every 0.5 s) and a burst (10,000
 noise lines at once, then an XID line). Every XID line names a new PCI address, so the moment the textfile holds its
 series is the moment the watcher counted it. Printed: p50/p99 of write -> textfile delay, the watcher's CPU seconds per
-1,000 lines (after its start) and peak RSS, and grep's CPU seconds per 1,000 lines over the same file. Beside the
-watcher, `tail -F | grep --line-buffered NVRM` follows the same file through the same run: what following costs when
+1,000 lines (after its start), its share of one core and peak RSS, and grep's CPU seconds per 1,000 lines over the same
+file. Beside the watcher, `tail -F | grep --line-buffered NVRM` follows the same file through the same run: what following costs when
 C tools do it (a wake-up and a read per write to the log), against which one grep pass over the finished file is a
 floor no follower reaches. A second pair, `tail ---disable-inotify -s 1 -F | grep`, follows on the watcher's schedule
 (a look at the file every second instead of a wake-up per write): the cost of C tools on that schedule.
@@ -176,6 +176,7 @@ def main(argv=None):
         seen = Seen(prom)
         seen.start()
         cpu0 = cpu_seconds(proc.pid)
+        wall0 = time.monotonic()
         follow0, poll0 = pids_cpu(follow), pids_cpu(poll)
         floor0 = cpu_seconds(floor.pid)
         written = {}  # pci -> monotonic time of its write
@@ -213,6 +214,7 @@ def main(argv=None):
             time.sleep(0.05)
         time.sleep(0.5)
         cpu = cpu_seconds(proc.pid) - cpu0
+        wall = time.monotonic() - wall0
         follow_cpu, poll_cpu = pids_cpu(follow) - follow0, pids_cpu(poll) - poll0
         floor_cpu = cpu_seconds(floor.pid) - floor0
         rss = peak_rss_mib(proc.pid)
@@ -254,6 +256,8 @@ def main(argv=None):
              seen.first.get(burst_pci, float("nan")) - written[burst_pci], missing or "none"))
     print("watcher CPU, whole run  %.4f s = %.5f s per 1,000 lines (waits, reads, scans, textfile writes for %d "
           "events, state saves); peak RSS %.1f MiB" % (cpu, per_1k, len(written), rss))
+    print("watcher CPU share       %.3f%% of one core over the %.1f s it followed %d lines/s (what the node pays)"
+          % (100.0 * cpu / wall, wall, args.rate))
     print("watcher CPU, the burst  %.4f s = %.5f s per 1,000 lines (its reads and scans, one event write)"
           % (cpu_burst, burst_per_1k))
     print("grep -F NVRM CPU        %.5f s per 1,000 lines over the whole file, %.5f over the burst (process start "

@@ -768,13 +768,22 @@ class History:
                 if writer is None:
                     writer = csv.DictWriter(out, fieldnames=list(item))
                     writer.writeheader()
-                writer.writerow(item)
+                writer.writerow({k: _csv_cell(v) for k, v in item.items()})
             elif fmt == "json":
                 out.write(json.dumps(item, sort_keys=True) + "\n")
             else:
                 raise HistoryError("export format must be csv or json, got %r" % fmt)
             count += 1
         return count
+
+
+def _csv_cell(value):
+    """A text value a spreadsheet would run as a formula (a GPU serial or VBIOS string from the node that starts with
+    = + - @, a tab or a carriage return) is written with a leading apostrophe, as OWASP advises for CSV files: the
+    sheet shows the text. Numbers are numbers; JSON export keeps every value as it is."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
 
 
 def _cell(value):

@@ -245,6 +245,24 @@ def test_export_csv_and_json(tmp_path):
         store.export_text(path, "xml")
 
 
+def test_a_csv_export_never_hands_a_spreadsheet_a_formula(tmp_path):
+    """Serials and versions come from the node's tools: one that starts like a formula is shown as text in the sheet;
+    the JSON export keeps it as it is, and numbers stay numbers."""
+    path = tmp_path / store.FILE_NAME
+    hostile = node("n1", T0, ecc=3)
+    hostile["driver"] = "=HYPERLINK(\"http://x.invalid\",\"570\")"
+    hostile["gpus"][0]["serial"] = "@SUM(1+1)"
+    hostile["gpus"][1]["serial"] = "+1650000001"
+    with History(path) as h:
+        h.record(run("r0", T0), [hostile])
+    rows = list(csv.DictReader(io.StringIO(store.export_text(path, "csv"))))
+    assert [r["serial"] for r in rows] == ["'@SUM(1+1)", "'+1650000001"]
+    assert {r["driver"] for r in rows} == {"'=HYPERLINK(\"http://x.invalid\",\"570\")"}
+    assert [r["ecc_corr_agg"] for r in rows] == ["0", "3"]
+    lines = [json.loads(x) for x in store.export_text(path, "json").splitlines()]
+    assert [x["serial"] for x in lines] == ["@SUM(1+1)", "+1650000001"] and lines[1]["ecc_corr_agg"] == 3
+
+
 def test_last_pass_is_the_newest_passing_run_not_the_newest_reachable_one(tmp_path):
     """An operator reads "last pass" as the last run the node passed: a node that answered but failed every run
     since has not passed since (on main "last good" was the newest reachable run, failing or not)."""
