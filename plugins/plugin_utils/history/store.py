@@ -150,6 +150,14 @@ def run_path(report_dir, history_dir=None):
     return default_path(history_dir or os.path.join(os.path.expanduser(str(report_dir or "reports")), "history"))
 
 
+def _is_damage(exc):
+    """Whether an sqlite3 error means the file is damaged (not an I/O error, a full disk or a lock)."""
+    code = getattr(exc, "sqlite_errorname", None)
+    if code:  # Python 3.11 and later
+        return code in DAMAGED_CODES
+    return "malformed" in str(exc) or "not a database" in str(exc)  # SQLite's texts for CORRUPT and NOTADB
+
+
 def _refuse(path, why, fix, kind="refused"):
     raise HistoryError("history %s: %s; %s (the file is left as it is)" % (path, why, fix), kind)
 
@@ -284,6 +292,10 @@ class History:
         try:
             lines = [r[0] for r in self.db.execute("PRAGMA %s(5)" % pragma)]
         except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):  # the check itself could not run: that says nothing about the file
+                _refuse(self.path, "could not be checked (PRAGMA %s: %s)%s" % (pragma, exc, consequence),
+                        "the file may be whole: look at the disk, the mount and this process's limits, then run "
+                        "again", "failed")
             lines = [str(exc)]
         if lines != ["ok"]:
             found = [" ".join(part.split()) for line in lines for part in line.splitlines()
@@ -311,8 +323,14 @@ class History:
         if self.db is not None:
             try:
                 self._check_integrity("integrity_check", consequence)
-            except HistoryError as damaged:
-                return damaged
+            except HistoryError as checked:
+                if checked.kind == "damaged":
+                    return checked
+        if code.startswith("SQLITE_IOERR") or (not code and "disk I/O error" in str(exc)):
+            return HistoryError("history %s %s (%s)%s; the file may be whole: look at the disk, the mount and this "
+                                "process's limits (a file size limit, ulimit -f, makes SQLite's writes of its "
+                                "shared-memory file fail this way), then run again" % (self.path, doing, exc,
+                                                                                      consequence), "failed")
         if code in DAMAGED_CODES:
             return HistoryError("history %s: is damaged (%s)%s; %s (the file is left as it is)" % (
                 self.path, exc, consequence, DAMAGED_FIX), "damaged")
@@ -337,8 +355,13 @@ class History:
             app_id = self.db.execute("PRAGMA application_id").fetchone()[0]
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
             tables = [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        finally:
-            self.db.execute("COMMIT")
+        except BaseException:
+            # SQLite may have ended the transaction itself (an I/O error does): a COMMIT here would raise "no
+            # transaction is active" and hide the error that says what happened.
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
         if app_id != APPLICATION_ID:
             if app_id != 0 or tables:
                 _refuse(self.path, "is an SQLite database but not a gpufleet history (application_id 0x%08x, tables "

@@ -160,3 +160,35 @@ def test_a_history_directory_with_uri_characters_is_the_directory_used(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing written anywhere else
     with History(path, readonly=True) as h:
         assert [r["run_id"] for r in h.runs()] == ["r0"]
+
+
+# ---- a whole history that cannot be read just now ------------------------------------------------------------------
+OPEN_WITH_A_FILE_SIZE_LIMIT = textwrap.dedent("""
+    import resource, sys
+    sys.path.insert(0, %(collections)r)
+    from ansible_collections.kentino.gpufleet.plugins.plugin_utils.history.store import History, HistoryError
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))  # ulimit -f 8: Python ignores SIGXFSZ, writes fail
+    try:
+        History(sys.argv[1], readonly=True).close()
+        print("opened")
+    except HistoryError as exc:
+        print(exc.kind)
+        print(exc)
+""")
+
+
+def test_an_io_error_is_not_called_damage(tmp_path):
+    """SQLite's write of its shared-memory file fails under a file size limit ("disk I/O error"), and the integrity
+    check it then runs fails the same way: the file is whole, so the operator is told to look at the disk, the mount
+    and the limits, never to restore a backup or move the history away."""
+    path = healthy_history(tmp_path / store.FILE_NAME, days=3, hosts=2, gpus=2)
+    before = path.read_bytes()
+    proc = subprocess.run([sys.executable, "-c", OPEN_WITH_A_FILE_SIZE_LIMIT % {"collections": str(REPO / "collections")},
+                           str(path)], capture_output=True, text=True, timeout=60)
+    kind, _, message = proc.stdout.partition("\n")
+    assert kind == "failed", proc.stdout + proc.stderr
+    assert "disk I/O error" in message and "ulimit -f" in message, message
+    assert "damaged" not in message and "restore it from a backup" not in message, message
+    assert path.read_bytes() == before
+    with History(path, readonly=True) as h:  # without the limit it reads
+        assert len(h.runs(100)) == 3
