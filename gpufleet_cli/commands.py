@@ -19,7 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpufleet_cli.options import existing_dir, index, make_output_dir, output_dir, output_file, positive_float
+from gpufleet_cli.options import (
+    existing_dir,
+    index,
+    inventory_path,
+    make_output_dir,
+    output_dir,
+    output_file,
+    positive_float,
+)
 
 EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN, EXIT_NOT_RECORDED = 0, 1, 2, 3, 4
 RUN_COMMANDS = {"burn-in": "burn_in", "preflight": "preflight", "audit": "audit", "provision": "provision"}
@@ -359,7 +367,7 @@ def cmd_handover(args):
 def add_parsers(sub, default_report_dir):
     for name, playbook in RUN_COMMANDS.items():
         p = sub.add_parser(name, help="run kentino.gpufleet.%s with a live view of the nodes" % playbook)
-        p.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
+        p.add_argument("-i", "--inventory", action="append", type=inventory_path, help="inventory (default: ansible.cfg's, the sim fleet)")
         p.add_argument("-l", "--limit", help="nodes to run on (localhost, where the report is written, is added)")
         p.add_argument("-e", "--extra-vars", action="append", default=[])
         p.add_argument("--check", action="store_true", help="check mode")

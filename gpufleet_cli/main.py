@@ -22,6 +22,7 @@ but not recorded in the history (gpufleet_cli/commands.py); so do history and ha
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -29,7 +30,7 @@ import time
 from datetime import UTC
 from pathlib import Path
 
-from gpufleet_cli.options import make_output_dir, positive_int
+from gpufleet_cli.options import inventory_path, make_output_dir, positive_int
 
 REPO = Path(__file__).resolve().parents[1]
 # checks.yml holds the plays burn_in.yml and preflight.yml share: not a playbook of its own.
@@ -40,27 +41,46 @@ VERDICT_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "error":
 
 
 def parse_extra(items):
-    """-e KEY=VALUE (value parsed as JSON when it is JSON, else a string), -e '{json}', or -e @file.json/yml."""
+    """-e KEY=VALUE (value parsed as JSON when it is JSON, else a string), -e '{json}', or -e @file.json/yml. A value
+    that cannot be read is a usage error naming it (exit 2) before Ansible starts."""
     extra = {}
     for item in items or []:
         if item.startswith("@"):
             import yaml
 
-            loaded = yaml.safe_load(Path(item[1:]).read_text())
+            try:
+                loaded = yaml.safe_load(Path(item[1:]).read_text())
+            except OSError as exc:
+                _extra_error(item, "cannot read %s: %s" % (item[1:], exc.strerror or exc))
+            except yaml.YAMLError as exc:
+                _extra_error(item, "%s is not YAML or JSON: %s" % (item[1:], " ".join(str(exc).split())))
         elif item.lstrip().startswith("{"):
-            loaded = json.loads(item)
+            try:
+                loaded = json.loads(item)
+            except ValueError as exc:
+                _extra_error(item, "not a JSON object: %s" % exc)
         elif "=" in item:
             key, value = item.split("=", 1)
+            if not VARIABLE_NAME.match(key):
+                _extra_error(item, "%r is not a variable name (letters, digits and _, not first a digit)" % key)
             try:
                 loaded = {key: json.loads(value)}
             except ValueError:
                 loaded = {key: value}
         else:
-            raise SystemExit("gpufleet: -e %r: use KEY=VALUE, a JSON object, or @file" % item)
+            _extra_error(item, "use KEY=VALUE, a JSON object, or @file")
         if not isinstance(loaded, dict):
-            raise SystemExit("gpufleet: -e %r does not give a mapping of variables" % item)
+            _extra_error(item, "does not give a mapping of variables")
         extra.update(loaded)
     return extra
+
+
+VARIABLE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _extra_error(item, problem):
+    sys.stderr.write("gpufleet: error: argument -e %s: %s\n" % (item if len(item) <= 80 else item[:77] + "...", problem))
+    raise SystemExit(2)
 
 
 def show_report(path, console=None):
@@ -311,14 +331,14 @@ def _main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a playbook of the collection")
     run.add_argument("playbook", choices=PLAYBOOKS)
-    run.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
+    run.add_argument("-i", "--inventory", action="append", type=inventory_path, help="inventory (default: ansible.cfg's, the sim fleet)")
     run.add_argument("-l", "--limit")
     run.add_argument("-e", "--extra-vars", action="append", default=[])
     run.add_argument("--check", action="store_true", help="check mode: invasive checks report skipped")
     run.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     run.add_argument("-q", "--quiet", action="store_true", help="only the report table, not Ansible's output")
     abort = sub.add_parser("abort", help="stop what interrupted runs left running on the nodes")
-    abort.add_argument("-i", "--inventory", action="append")
+    abort.add_argument("-i", "--inventory", action="append", type=inventory_path)
     abort.add_argument("-l", "--limit")
     abort.add_argument("-e", "--extra-vars", action="append", default=[])
     abort.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
@@ -330,7 +350,7 @@ def _main(argv=None):
 
     commands.add_parsers(sub, os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     pm = sub.add_parser("postmortem", help="name the rank, node, GPU and reason of a hung training job")
-    pm.add_argument("-i", "--inventory", action="append", help="inventory (default: ansible.cfg's, the sim fleet)")
+    pm.add_argument("-i", "--inventory", action="append", type=inventory_path, help="inventory (default: ansible.cfg's, the sim fleet)")
     pm.add_argument("-l", "--limit", help="the job's nodes (localhost is added for the analysis)")
     pm.add_argument("--hosts", help="host pattern of the job's nodes (default gpufleet_nodes)")
     pm.add_argument("--logs", action="append", default=[], help="log file or glob of the job on each node (repeat)")

@@ -51,6 +51,14 @@ def existing_dir(text):
     return text
 
 
+def inventory_path(text):
+    """An inventory that exists (a file, a directory of them, or an executable script): a missing one is a usage error
+    here, where Ansible would only warn and then say that no host matched."""
+    if not Path(text).exists():
+        raise argparse.ArgumentTypeError("%s does not exist (give an inventory file or directory)" % text)
+    return text
+
+
 def output_file(text):
     """A file to write: its directory exists and is writable, and it is not itself a directory."""
     path = Path(text)

@@ -125,3 +125,38 @@ def test_a_clone_whose_collection_ansible_cannot_find_is_said_before_any_run(tmp
 def test_a_report_dir_given_as_an_extra_var_is_checked_as_the_option_is(capsys):
     code, err = usage_error(capsys, ["preflight", "-e", "gpufleet_report_dir=/dev/null"])
     assert code == 2 and "argument -e gpufleet_report_dir: /dev/null exists and is not a directory" in err, err
+
+
+@pytest.mark.parametrize("extra, problem", [
+    ("@/nonexistent/vars.yml", "cannot read /nonexistent/vars.yml: No such file or directory"),
+    ("{bad json", "not a JSON object"),
+    ("=5", "'' is not a variable name"),
+    ("gpufleet burn=60", "'gpufleet burn' is not a variable name"),
+    ("no-equals-sign", "use KEY=VALUE, a JSON object, or @file"),
+    ("[1, 2]", "use KEY=VALUE"),
+])
+def test_an_extra_var_that_cannot_be_read_is_a_usage_error(capsys, extra, problem):
+    code, err = usage_error(capsys, ["preflight", "-e", extra])
+    assert code == 2 and "argument -e" in err and problem in err, err
+    assert "Traceback" not in err
+
+
+def test_extra_vars_from_a_file_that_is_not_yaml_or_not_a_mapping(capsys, tmp_path):
+    (tmp_path / "list.yml").write_text("- a\n- b\n")
+    (tmp_path / "bad.yml").write_text("key: [unclosed\n")
+    code, err = usage_error(capsys, ["burn-in", "-e", "@%s" % (tmp_path / "list.yml")])
+    assert code == 2 and "does not give a mapping of variables" in err, err
+    code, err = usage_error(capsys, ["burn-in", "-e", "@%s" % (tmp_path / "bad.yml")])
+    assert code == 2 and "is not YAML or JSON" in err, err
+
+
+@pytest.mark.parametrize("argv", [
+    ["preflight", "-i", "/nonexistent/hosts.yml"],
+    ["run", "audit", "-i", "/nonexistent/hosts.yml"],
+    ["abort", "-i", "/nonexistent/hosts.yml"],
+    ["postmortem", "-i", "/nonexistent/hosts.yml"],
+    ["quarantine", "n1", "-i", "/nonexistent/hosts.yml"],
+])
+def test_a_missing_inventory_is_a_usage_error_not_no_hosts_matched(capsys, argv):
+    code, err = usage_error(capsys, argv)
+    assert code == 2 and "argument -i/--inventory: /nonexistent/hosts.yml does not exist" in err, err
