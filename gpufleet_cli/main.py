@@ -78,6 +78,33 @@ def parse_extra(items):
 VARIABLE_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+def window_time(text):
+    """--since/--until: checked here with the parser the nodes use (kernel_log_sources.parse_since), so a typo is a
+    usage error before Ansible starts; passed on as given (a relative time is relative to when the node reads it)."""
+    from gpufleet_cli.commands import use_collection
+
+    use_collection()
+    from ansible_collections.kentino.gpufleet.plugins.module_utils.kernel_log_sources import parse_since
+
+    try:
+        parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _dash_values_joined(argv):
+    """`--since -2h` as `--since=-2h`: argparse reads a value that starts with a dash and is no number as an option
+    ("expected one argument"), and the relative times the docs give all start with one."""
+    out = []
+    for word in argv:
+        if out and out[-1] in ("--since", "--until") and word.startswith("-") and word[1:2].isdigit():
+            out[-1] = "%s=%s" % (out[-1], word)
+        else:
+            out.append(word)
+    return out
+
+
 def _extra_error(item, problem):
     sys.stderr.write("gpufleet: error: argument -e %s: %s\n" % (item if len(item) <= 80 else item[:77] + "...", problem))
     raise SystemExit(2)
@@ -357,8 +384,9 @@ def _main(argv=None):
     pm.add_argument("--journal-unit", action="append", default=[], help="systemd unit whose journal has the output")
     pm.add_argument("--dump-prefix", action="append", default=[],
                     help="flight-recorder dump prefix (default /var/tmp/gpufleet-nccl-dumps/nccl_trace_rank_)")
-    pm.add_argument("--since", help="window start: ISO 8601, @epoch or -2h (default: around the last timeout)")
-    pm.add_argument("--until", help="window end")
+    pm.add_argument("--since", type=window_time,
+                    help="window start: ISO 8601, @epoch or -2h (default: around the last timeout)")
+    pm.add_argument("--until", type=window_time, help="window end (the same forms)")
     pm.add_argument("--world-size", type=positive_int)
     pm.add_argument("--become", action="store_true", help="read logs, dumps and the kernel log as root")
     pm.add_argument("--job-user", help="the user the job ran as: only its logs and dumps are read")
@@ -370,7 +398,7 @@ def _main(argv=None):
 
     plan.add_parser(sub)
     lifecycle.add_parsers(sub, os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_dash_values_joined(argv))
     if args.command == "plan":
         return plan.run(args)
     if args.command == "run":

@@ -56,6 +56,9 @@ def usage_error(capsys, argv):
     ["handover", "n1", "--out", "/dev/null"],
     ["handover", "n1", "--out", "/dev/null/sheets"],
     ["postmortem", "--world-size", "0"],
+    ["postmortem", "--since", "yesterday"],
+    ["postmortem", "--since", "-2x"],
+    ["postmortem", "--since", "-2h", "--until", "2026-13-45"],
     ["run", "preflight", "--report-dir", "/dev/null"],
     ["preflight", "--report-dir", "/dev/null/reports"],
     ["audit", "--report-dir", "/dev/null"],
@@ -160,3 +163,11 @@ def test_extra_vars_from_a_file_that_is_not_yaml_or_not_a_mapping(capsys, tmp_pa
 def test_a_missing_inventory_is_a_usage_error_not_no_hosts_matched(capsys, argv):
     code, err = usage_error(capsys, argv)
     assert code == 2 and "argument -i/--inventory: /nonexistent/hosts.yml does not exist" in err, err
+
+
+def test_a_relative_time_as_the_docs_give_it_is_a_value_not_an_option(capsys):
+    # `--since -2h` (argparse alone: "expected one argument"); the usage error that follows is --world-size's, so
+    # --since and --until were read
+    code, err = usage_error(capsys, ["postmortem", "--since", "-2h", "--until", "-30m", "--world-size", "0"])
+    assert code == 2 and "argument --world-size" in err, err
+    assert "argument --since" not in err and "argument --until" not in err, err
