@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 
 from gpufleet_cli.options import (
+    add_inventory_option,
     existing_dir,
     index,
-    inventory_path,
-    make_output_dir,
     output_dir,
     output_file,
     positive_float,
+    run_report_dir,
 )
 
 EXIT_PASS, EXIT_WARN, EXIT_FAIL, EXIT_NOT_RUN, EXIT_NOT_RECORDED = 0, 1, 2, 3, 4
@@ -87,8 +87,7 @@ def cmd_play(args, repo, show_report):
 
     playbook = RUN_COMMANDS[args.command]
     extra = parse_extra(args.extra_vars)
-    option = "-e gpufleet_report_dir" if "gpufleet_report_dir" in extra else "--report-dir"
-    report_dir = make_output_dir(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())), option)
+    report_dir = run_report_dir(extra, "gpufleet_report_dir", str(Path(args.report_dir).resolve()))
     if args.fail_on_warn:
         extra.setdefault("gpufleet_fail_on", "warn")
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -294,7 +293,7 @@ def export_history(history, args):
     """--export to standard output, or to --out whole or not at all: a regular file is written under a temp name
     beside it and renamed at the end, so a full disk or an interrupt leaves the previous export (or nothing), never a
     cut one; a device or a pipe (/dev/stdout, a FIFO) is written in place."""
-    target = Path(args.out) if args.out else None
+    target = Path(os.path.realpath(args.out)) if args.out else None  # a link's file is replaced, not the link
     in_place = target is not None and target.exists() and not target.is_file()
     tmp = None
     try:
@@ -367,7 +366,7 @@ def cmd_handover(args):
 def add_parsers(sub, default_report_dir):
     for name, playbook in RUN_COMMANDS.items():
         p = sub.add_parser(name, help="run kentino.gpufleet.%s with a live view of the nodes" % playbook)
-        p.add_argument("-i", "--inventory", action="append", type=inventory_path, help="inventory (default: ansible.cfg's, the sim fleet)")
+        add_inventory_option(p)
         p.add_argument("-l", "--limit", help="nodes to run on (localhost, where the report is written, is added)")
         p.add_argument("-e", "--extra-vars", action="append", default=[])
         p.add_argument("--check", action="store_true", help="check mode")

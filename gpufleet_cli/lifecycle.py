@@ -12,7 +12,7 @@ Exit status: the playbook's (0 done; 2 refused or failed: the node stays out of 
 import getpass
 import json
 
-from gpufleet_cli.options import finding_code, gpu_id, inventory_path, node_name, reason
+from gpufleet_cli.options import add_inventory_option, finding_code, gpu_id, node_name, reason
 
 ACTIONS = ("quarantine", "repair", "release")
 
@@ -28,7 +28,7 @@ def add_parsers(sub, default_report_dir):
             p.add_argument("--code", type=finding_code, help="the finding code the repair ladder starts from "
                                                              "(default OPERATOR_QUARANTINE: a reboot first)")
             p.add_argument("--gpu", type=gpu_id, help="the GPU the finding is about (index or PCI address)")
-        p.add_argument("-i", "--inventory", action="append", type=inventory_path, help="inventory (default: ansible.cfg's, the sim fleet)")
+        add_inventory_option(p)
         p.add_argument("-e", "--extra-vars", action="append", default=[])
         p.add_argument("--report-dir", default=default_report_dir)
 

@@ -30,7 +30,7 @@ import time
 from datetime import UTC
 from pathlib import Path
 
-from gpufleet_cli.options import inventory_path, make_output_dir, positive_int
+from gpufleet_cli.options import add_inventory_option, positive_int, run_report_dir
 
 REPO = Path(__file__).resolve().parents[1]
 # checks.yml holds the plays burn_in.yml and preflight.yml share: not a playbook of its own.
@@ -106,7 +106,8 @@ def _dash_values_joined(argv):
 
 
 def _extra_error(item, problem):
-    sys.stderr.write("gpufleet: error: argument -e %s: %s\n" % (item if len(item) <= 80 else item[:77] + "...", problem))
+    shown = item if len(item) <= 80 else item[:77] + "..."
+    sys.stderr.write("gpufleet: error: argument -e %s: %s\n" % (shown, problem))
     raise SystemExit(2)
 
 
@@ -259,8 +260,7 @@ def cmd_postmortem(args):
             return 1
         return 0
     extra = parse_extra(args.extra_vars)
-    option = "-e job_postmortem_report_dir" if "job_postmortem_report_dir" in extra else "--report-dir"
-    make_output_dir(extra.setdefault("job_postmortem_report_dir", str(pm_dir)), option)
+    run_report_dir(extra, "job_postmortem_report_dir", str(pm_dir))
     for key, value in (("job_postmortem_logs", args.logs), ("job_postmortem_journal_units", args.journal_unit),
                        ("job_postmortem_dump_prefixes", args.dump_prefix)):
         if value:
@@ -288,8 +288,7 @@ def cmd_run(args):
     from gpufleet_cli.live import RunProblems, explain_no_report
 
     extra = parse_extra(args.extra_vars)
-    option = "-e gpufleet_report_dir" if "gpufleet_report_dir" in extra else "--report-dir"
-    report_dir = make_output_dir(extra.setdefault("gpufleet_report_dir", str(Path(args.report_dir).resolve())), option)
+    report_dir = run_report_dir(extra, "gpufleet_report_dir", str(Path(args.report_dir).resolve()))
     shows_report = args.playbook in ("burn_in", "preflight") and not args.check
     if shows_report:
         # The table is printed below, once: not also by the playbook.
@@ -358,14 +357,14 @@ def _main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a playbook of the collection")
     run.add_argument("playbook", choices=PLAYBOOKS)
-    run.add_argument("-i", "--inventory", action="append", type=inventory_path, help="inventory (default: ansible.cfg's, the sim fleet)")
+    add_inventory_option(run)
     run.add_argument("-l", "--limit")
     run.add_argument("-e", "--extra-vars", action="append", default=[])
     run.add_argument("--check", action="store_true", help="check mode: invasive checks report skipped")
     run.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     run.add_argument("-q", "--quiet", action="store_true", help="only the report table, not Ansible's output")
     abort = sub.add_parser("abort", help="stop what interrupted runs left running on the nodes")
-    abort.add_argument("-i", "--inventory", action="append", type=inventory_path)
+    add_inventory_option(abort)
     abort.add_argument("-l", "--limit")
     abort.add_argument("-e", "--extra-vars", action="append", default=[])
     abort.add_argument("--report-dir", default=os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
@@ -377,7 +376,7 @@ def _main(argv=None):
 
     commands.add_parsers(sub, os.environ.get("GPUFLEET_REPORT_DIR", "reports"))
     pm = sub.add_parser("postmortem", help="name the rank, node, GPU and reason of a hung training job")
-    pm.add_argument("-i", "--inventory", action="append", type=inventory_path, help="inventory (default: ansible.cfg's, the sim fleet)")
+    add_inventory_option(pm)
     pm.add_argument("-l", "--limit", help="the job's nodes (localhost is added for the analysis)")
     pm.add_argument("--hosts", help="host pattern of the job's nodes (default gpufleet_nodes)")
     pm.add_argument("--logs", action="append", default=[], help="log file or glob of the job on each node (repeat)")

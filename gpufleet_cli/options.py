@@ -59,6 +59,19 @@ def inventory_path(text):
     return text
 
 
+def add_inventory_option(parser):
+    """-i/--inventory, repeatable, each one checked to exist."""
+    parser.add_argument("-i", "--inventory", action="append", type=inventory_path,
+                        help="inventory (default: ansible.cfg's, the sim fleet)")
+
+
+def run_report_dir(extra, key, default):
+    """The directory a run writes its reports into: `-e KEY=...` when given, else `default` (--report-dir); made and
+    checked (make_output_dir) with the name of whichever of the two gave it, and set in extra."""
+    option = "-e " + key if key in extra else "--report-dir"
+    return make_output_dir(extra.setdefault(key, default), option)
+
+
 def output_file(text):
     """A file to write: its directory exists and is writable, and it is not itself a directory."""
     path = Path(text)

@@ -23,11 +23,13 @@ def add_parser(sub):
     p = sub.add_parser("plan", help=HELP, description=__doc__.splitlines()[0])
     p.add_argument("--report", help="report.json or its run directory (default reports/latest when it exists)")
     p.add_argument("--gpus", type=between(int, 1, 1000000), help="GPUs of the training job (default: the report's)")
-    p.add_argument("--checkpoint-gb", type=between(float, 0.001, 1e6), help="size of one checkpoint per node, GB (10^9 bytes)")
-    p.add_argument("--write-mb-s", type=between(float, 0.01, 1e7), help="checkpoint write speed, MB/s (default: the slowest node's "
-                                                    "in the report)")
+    p.add_argument("--checkpoint-gb", type=between(float, 0.001, 1e6),
+                   help="size of one checkpoint per node, GB (10^9 bytes)")
+    p.add_argument("--write-mb-s", type=between(float, 0.01, 1e7),
+                   help="checkpoint write speed, MB/s (default: the slowest node's in the report)")
     p.add_argument("--interval-min", type=between(float, 0.1, 1e6), help="current checkpoint interval, minutes")
-    p.add_argument("--gpu-hours-per-failure", type=between(float, 1, 1e9), help="default: the history's rate, else 50,000")
+    p.add_argument("--gpu-hours-per-failure", type=between(float, 1, 1e9),
+                   help="default: the history's rate, else 50,000")
     p.add_argument("--history-dir", type=existing_dir, help="the audit history store (its failure rate)")
     p.add_argument("--restart-min", type=between(float, 0, 1e5), help="minutes one restart costs (default 2)")
     p.add_argument("--price", type=between(float, 0, 1e6), help="price of one GPU-hour")

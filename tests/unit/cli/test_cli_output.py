@@ -113,3 +113,13 @@ def test_a_handover_sheet_that_cannot_be_written_is_named_not_a_traceback(tmp_pa
     assert main(["handover", "n0", "--out", str(tmp_path / "sheets")] + _history(tmp_path)) == 3
     err = capsys.readouterr().err
     assert "cannot write the sheet into %s: No space left on device" % (tmp_path / "sheets" / "handover.html") in err
+
+
+def test_an_export_through_a_link_replaces_the_file_and_keeps_the_link(tmp_path):
+    (tmp_path / "exports").mkdir()
+    real = tmp_path / "exports" / "fleet.csv"
+    real.write_text("the previous export\n")
+    link = tmp_path / "fleet.csv"
+    link.symlink_to(real)
+    assert main(["history", "--export", "csv", "--out", str(link)] + _history(tmp_path)) == 0
+    assert link.is_symlink() and real.read_text().startswith("run_id,")
