@@ -176,7 +176,9 @@ def test_an_xid_79_fires_gpu_lost_and_a_killed_watcher_fires_stale(mfleet, tmp_p
         print("GpuLost firing %.1f s after the XID line (scrape %d s, evaluation 1 s)" % (seconds, SCRAPE_S))
         assert alerts[0]["labels"]["pci"] == "0000:c1:00" and alerts[0]["labels"]["severity"] == "critical"
         assert "fell off the bus" in alerts[0]["annotations"]["summary"]
-        assert prom.firing("GpuXidCritical")[0]["labels"]["xid"] == "79"
+        # The same scrape, but a rule evaluated before the scrape landed sees it one evaluation later: wait for it.
+        critical, _seconds = prom.wait("GpuXidCritical firing", lambda: prom.firing("GpuXidCritical"))
+        assert critical[0]["labels"]["xid"] == "79"
         count = 'gpufleet_xid_events_total{xid="79"}'
         assert [r["value"][1] for r in prom.query(count)] == ["1"]
 
