@@ -6,10 +6,11 @@ this script appends syslog-style lines: a steady phase (2,000 lines/s with an XI
 noise lines at once, then an XID line). Every XID line names a new PCI address, so the moment the textfile holds its
 series is the moment the watcher counted it. Printed: p50/p99 of write -> textfile delay, the watcher's CPU seconds per
 1,000 lines (after its start), its share of one core and peak RSS, and grep's CPU seconds per 1,000 lines over the same
-file. Beside the watcher, `tail -F | grep --line-buffered NVRM` follows the same file through the same run: what following costs when
-C tools do it (a wake-up and a read per write to the log), against which one grep pass over the finished file is a
-floor no follower reaches. A second pair, `tail ---disable-inotify -s 1 -F | grep`, follows on the watcher's schedule
-(a look at the file every second instead of a wake-up per write): the cost of C tools on that schedule.
+file. Beside the watcher, `tail -F | grep --line-buffered NVRM` follows the same file through the same run: what
+following costs when C tools do it (a wake-up and a read per write to the log), against which one grep pass over the
+finished file is a floor no follower reaches. A second pair, `tail ---disable-inotify -s 1 -F | grep`, follows on the
+watcher's schedule (a look at the file every second instead of a wake-up per write): the cost of C tools on that
+schedule.
 Beside them a minimal Python follower does the least any Python follower on the watcher's schedule must do: sleep a
 second, read what is new into one buffer, search it for NVRM, take each hit's PCI address with a regex, and replace a
 small textfile (temp file and rename) at most every 2 s while events come. Its cost is the floor of the interpreter

@@ -183,8 +183,8 @@ def test_an_io_error_is_not_called_damage(tmp_path):
     and the limits, never to restore a backup or move the history away."""
     path = healthy_history(tmp_path / store.FILE_NAME, days=3, hosts=2, gpus=2)
     before = path.read_bytes()
-    proc = subprocess.run([sys.executable, "-c", OPEN_WITH_A_FILE_SIZE_LIMIT % {"collections": str(REPO / "collections")},
-                           str(path)], capture_output=True, text=True, timeout=60)
+    script = OPEN_WITH_A_FILE_SIZE_LIMIT % {"collections": str(REPO / "collections")}
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60)
     kind, _, message = proc.stdout.partition("\n")
     assert kind == "failed", proc.stdout + proc.stderr
     assert "disk I/O error" in message and "ulimit -f" in message, message
